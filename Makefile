@@ -1,0 +1,48 @@
+# Set-up and entry points. `make test` and `make demo` work on a fresh machine: they create the
+# virtual environment, install torch/torchvision and the package, then run.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mr2-installed
+ARCH := $(shell uname -m)
+# The torch/torchvision pair pip can install on this platform (x86_64: a CUDA build that runs on CPU).
+ifeq ($(ARCH),aarch64)
+TORCH_SPEC ?= torch==2.9.1 torchvision==0.24.1
+else
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+endif
+FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
+
+.PHONY: install test lint unit demo data bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest
+
+test: lint unit
+
+# Fashion-MNIST: the Debian package where apt is available; otherwise mr2 tells how to obtain it.
+data:
+	@if [ ! -f $(FMNIST_DIR)/train-images-idx3-ubyte.gz ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; fi
+
+demo: $(STAMP) data
+	$(VENV)/bin/mr2 demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_mr2_loss.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

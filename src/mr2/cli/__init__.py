@@ -1,0 +1,1 @@
+"""The ``mr2`` command line."""
