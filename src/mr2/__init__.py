@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+from mr2 import functional
+from mr2.checks import MR2InputError
+from mr2.losses.mr2 import VARIANTS, MR2Loss, MR2LossParts
+from mr2.models.feature_capture import ClassifierWithFeatures, find_classifier
+from mr2.statistics.class_features import ClassFeatureStatistics
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "VARIANTS",
+    "ClassFeatureStatistics",
+    "ClassifierWithFeatures",
+    "MR2InputError",
+    "MR2Loss",
+    "MR2LossParts",
+    "__version__",
+    "find_classifier",
+    "functional",
+]

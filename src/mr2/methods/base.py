@@ -5,6 +5,7 @@ What some baselines need beyond that (sample indices, the raw inputs for a secon
 a resampled epoch) reaches them through the hooks below, which the engine calls in this order::
 
     method.setup(context)                       # once, before training (and before resuming)
+    model = method.adapt_model(model_factory())  # every model built for training (LDAM: cosine head)
     for epoch in range(start_epoch, epochs):
         method.on_epoch_start(epoch)
         indices = method.epoch_indices(epoch, generator)   # None: the plain data set
@@ -14,15 +15,22 @@ a resampled epoch) reaches them through the hooks below, which the engine calls 
             loss = method(logits, features, target)
             ...backward / step...
         method.on_epoch_end(epoch)
+        method.on_validation(epoch, class_accuracy)        # after each validation pass (CDB-CE)
+        if method.wants_model_reset(epoch):                # JTT: end of stage 1
+            ...fresh model (model_factory + adapt_model), optimizer, scheduler...
+        ...checkpoint...
 
 A method is an ``nn.Module``: its state (buffers, a second model) goes into ``state_dict()`` and so into
-checkpoints; its parameters (if any) are optimised together with the model's.
+checkpoints; its parameters (if any) are optimised together with the model's. The engine calls
+``method.train()`` while training and ``method.eval()`` while evaluating: methods update their state
+only in training mode (never from evaluation data).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,6 +53,10 @@ class MethodContext:
         validation_class_accuracy: per-class accuracy of a reference model on the validation split,
             where a method needs it (CDB-CE); None otherwise.
         extra: free-form values from the method's config section.
+        predict_train_set: where a method needs it (JTT with ``error_source="eval_pass"``): returns
+            ``(predicted, target)``, two int64 tensors [num_train_samples] in data-set index order:
+            the CURRENT model's argmax predictions in eval mode (eval transforms) on the whole
+            training set, gathered over all ranks (identical on every rank). None otherwise.
     """
 
     num_classes: int
@@ -57,6 +69,7 @@ class MethodContext:
     process_group: Any = None
     validation_class_accuracy: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    predict_train_set: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 class TrainingMethod(nn.Module):
@@ -72,6 +85,17 @@ class TrainingMethod(nn.Module):
     def setup(self, context: MethodContext) -> None:
         """Allocate state that depends on the data (per-sample buffers, a second model)."""
 
+    def adapt_model(self, model: nn.Module) -> nn.Module:
+        """Adapt a freshly built model; the default returns it unchanged.
+
+        The engine calls it on EVERY model it builds for training or for loading this method's
+        checkpoints: at the start and after a reset (:meth:`wants_model_reset`), before loading
+        weights, moving to the device, wrapping for data parallelism and building the optimizer.
+        LDAM replaces ``model.classifier`` (an ``nn.Linear``) with a cosine ``NormedLinear`` head,
+        which is trainable in every regime (linear probe included). Called after :meth:`setup`.
+        """
+        return model
+
     def on_epoch_start(self, epoch: int) -> None:
         """Called at the start of every training epoch (0-based)."""
 
@@ -85,7 +109,27 @@ class TrainingMethod(nn.Module):
     def on_epoch_end(self, epoch: int) -> None:
         """Called at the end of every training epoch."""
 
-    def forward(  # type: ignore[override]
+    def on_validation(self, epoch: int, class_accuracy: torch.Tensor) -> None:
+        """Called after each validation pass during training with the per-class accuracy [K].
+
+        ``class_accuracy`` is measured on the held-out validation split (never the test split),
+        summed over ranks (identical on every rank); NaN for a class without validation samples.
+        CDB-CE recomputes its class weights from it.
+        """
+
+    def wants_model_reset(self, epoch: int) -> bool:
+        """Whether the engine must start training again from a fresh model after ``epoch``.
+
+        Checked after :meth:`on_epoch_end` (and :meth:`on_validation`) of every epoch. When True the
+        engine builds a fresh model (``model_factory()`` then :meth:`adapt_model`: re-initialised,
+        or pre-trained weights reloaded, as at the start of the run), a fresh optimizer over it and
+        the method's parameters, and a fresh scheduler spanning the remaining epochs
+        ``epoch + 1 .. epochs - 1``, BEFORE writing that epoch's checkpoint (so a resumed run never
+        resets twice). JTT returns True once, at the end of its first stage; the default is False.
+        """
+        return False
+
+    def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
     ) -> torch.Tensor:
         raise NotImplementedError

@@ -1,0 +1,130 @@
+"""Input validation shared by the losses and statistics, with the error messages as constants.
+
+Shape checks cost nothing and always run. Value checks (class ids in range, finite values) need the
+values on the host: they run for CPU tensors, and for accelerator tensors only when asked
+(``check_values=True``), so that a GPU training step never waits on the host by default.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+__all__ = ["CheckValues", "MR2InputError", "check_classification_inputs", "check_num_classes"]
+
+CheckValues = bool | Literal["auto"]
+
+NUM_CLASSES_TOO_SMALL = "num_classes must be an integer >= 2, got {value!r}."
+LOGITS_NOT_2D = (
+    "logits must have shape [batch, num_classes]; got shape {shape}. Pass the classifier's raw "
+    "output (before softmax), one row per sample."
+)
+LOGITS_WIDTH = (
+    "logits have {width} columns but the loss was built for num_classes={num_classes}. Build the "
+    "loss with the classifier's number of outputs."
+)
+FEATURES_NOT_2D = (
+    "features must have shape [batch, feature_dim]; got shape {shape}. Pass the penultimate "
+    "features (the input of the final linear layer), pooled and flattened."
+)
+FEATURE_DIM_MISMATCH = (
+    "features have {got} dimensions but these statistics hold {expected}-dimensional class means. "
+    "Use one feature extractor per loss, or build a new loss for the new features."
+)
+TARGET_NOT_1D = (
+    "target must be a 1-D tensor of class ids with one entry per sample; got shape {shape}. "
+    "(One-hot or soft targets are not supported: pass target.argmax(dim=1).)"
+)
+TARGET_NOT_INTEGER = "target must hold integer class ids (torch.long); got dtype {dtype}."
+BATCH_MISMATCH = "{name} has {rows} rows but target has {batch} entries; they must match."
+TARGET_OUT_OF_RANGE = (
+    "target holds class ids outside [0, {num_classes}): smallest {low}, largest {high}. Check the "
+    "label mapping of the data set and num_classes."
+)
+NON_FINITE = (
+    "{name} contain {count} non-finite value(s) (NaN or Inf). The model has diverged or the input "
+    "data hold NaN/Inf: lower the learning rate, enable gradient clipping, or check the data."
+)
+
+
+class MR2InputError(ValueError):
+    """Raised for inputs the losses and statistics cannot use; the message says how to fix it."""
+
+
+def check_num_classes(num_classes: object) -> int:
+    """Return ``num_classes`` as an int, or raise if it is not an integer >= 2."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise MR2InputError(NUM_CLASSES_TOO_SMALL.format(value=num_classes))
+    return num_classes
+
+
+def _wants_values(tensor: torch.Tensor, check_values: CheckValues) -> bool:
+    if check_values == "auto":
+        return tensor.device.type == "cpu"
+    return bool(check_values)
+
+
+def check_finite(name: str, tensor: torch.Tensor, check_values: CheckValues = "auto") -> None:
+    """Raise :class:`MR2InputError` naming ``name`` if ``tensor`` holds NaN or Inf."""
+    if _wants_values(tensor, check_values) and tensor.is_floating_point():
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise MR2InputError(NON_FINITE.format(name=name, count=bad))
+
+
+def check_target(
+    target: torch.Tensor, num_classes: int, batch: int | None, check_values: CheckValues = "auto"
+) -> None:
+    """Check that ``target`` is a 1-D integer tensor of ``batch`` class ids in ``[0, num_classes)``."""
+    if target.dim() != 1:
+        raise MR2InputError(TARGET_NOT_1D.format(shape=tuple(target.shape)))
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        raise MR2InputError(TARGET_NOT_INTEGER.format(dtype=target.dtype))
+    if batch is not None and target.shape[0] != batch:
+        raise MR2InputError(BATCH_MISMATCH.format(name="input", rows=batch, batch=target.shape[0]))
+    if _wants_values(target, check_values) and target.numel():
+        low, high = int(target.min()), int(target.max())
+        if low < 0 or high >= num_classes:
+            raise MR2InputError(
+                TARGET_OUT_OF_RANGE.format(num_classes=num_classes, low=low, high=high)
+            )
+
+
+def check_features(features: torch.Tensor, target: torch.Tensor) -> None:
+    """Shape checks of ``features`` [B, d] against ``target`` [B]."""
+    if features.dim() != 2:
+        raise MR2InputError(FEATURES_NOT_2D.format(shape=tuple(features.shape)))
+    if features.shape[0] != target.shape[0]:
+        raise MR2InputError(
+            BATCH_MISMATCH.format(name="features", rows=features.shape[0], batch=target.shape[0])
+        )
+
+
+def check_logits(logits: torch.Tensor, target: torch.Tensor, num_classes: int | None) -> None:
+    """Shape checks of ``logits`` [B, K] against ``target`` [B] and ``num_classes``."""
+    if logits.dim() != 2:
+        raise MR2InputError(LOGITS_NOT_2D.format(shape=tuple(logits.shape)))
+    if num_classes is not None and logits.shape[1] != num_classes:
+        raise MR2InputError(LOGITS_WIDTH.format(width=logits.shape[1], num_classes=num_classes))
+    if logits.shape[0] != target.shape[0]:
+        raise MR2InputError(
+            BATCH_MISMATCH.format(name="logits", rows=logits.shape[0], batch=target.shape[0])
+        )
+
+
+def check_classification_inputs(
+    logits: torch.Tensor | None,
+    features: torch.Tensor | None,
+    target: torch.Tensor,
+    num_classes: int,
+    check_values: CheckValues = "auto",
+) -> None:
+    """All checks of one ``loss(logits, features, target)`` call."""
+    check_target(target, num_classes, None, check_values)
+    if logits is not None:
+        check_logits(logits, target, num_classes)
+        check_finite("logits", logits, check_values)
+    if features is not None:
+        check_features(features, target)
+        check_finite("features", features, check_values)

@@ -1,0 +1,166 @@
+"""The two MR2 loss terms as pure functions (no state, no I/O)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from mr2.checks import MR2InputError, check_features, check_logits, check_target
+
+__all__ = [
+    "logit_margin_loss",
+    "pairwise_sq_distances",
+    "representation_margin_loss",
+]
+
+Reduction = Literal["mean", "sum", "none"]
+
+TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
+BAD_REDUCTION = "reduction must be 'mean', 'sum' or 'none'; got {value!r}."
+BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
+
+
+def _working_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """float32 for half/bfloat16 inputs (the losses are computed in at least float32)."""
+    return torch.promote_types(tensor.dtype, torch.float32)
+
+
+def _reduce(values: torch.Tensor, reduction: str) -> torch.Tensor:
+    if reduction == "mean":
+        return values.mean() if values.numel() else values.sum()
+    if reduction == "sum":
+        return values.sum()
+    if reduction == "none":
+        return values
+    raise MR2InputError(BAD_REDUCTION.format(value=reduction))
+
+
+def logit_margin_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    temperatures: torch.Tensor,
+    *,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
+    r"""Logit margin loss: cross-entropy of the logits divided by the true class's temperature.
+
+    .. math::
+        \ell_\gamma(x, y) = -\log \mathrm{softmax}(z / \gamma_y)_y
+
+    Every logit of a sample is divided by the temperature ``gamma_y`` of its TRUE class, so a larger
+    ``gamma_y`` demands a ``gamma_y``-times larger logit gap for the same loss. With all temperatures
+    equal to 1 this is exactly cross-entropy. Computed with ``log_softmax`` (stable for small gamma)
+    in at least float32.
+
+    Args:
+        logits: [B, K] raw classifier outputs.
+        target: [B] class ids.
+        temperatures: [K] positive per-class temperatures gamma (treated as constants: detach them
+            if they are computed from something with a gradient).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-sample [B]).
+
+    Returns:
+        The loss, 0-dim (or [B] with ``reduction="none"``).
+
+    Example:
+        >>> z = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+        >>> y = torch.tensor([0, 1])
+        >>> ce = F.cross_entropy(z, y)
+        >>> bool(torch.isclose(logit_margin_loss(z, y, torch.ones(2)), ce))
+        True
+        >>> logit_margin_loss(z, y, torch.tensor([2.0, 1.0]), reduction="none")
+        tensor([0.3133, 0.3133])
+    """
+    check_logits(logits, target, None)
+    check_target(target, logits.shape[1], logits.shape[0])
+    if temperatures.shape != (logits.shape[1],):
+        raise MR2InputError(
+            TEMPERATURES_SHAPE.format(expected=logits.shape[1], shape=tuple(temperatures.shape))
+        )
+    dtype = _working_dtype(logits)
+    scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
+    per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
+    return _reduce(per_sample, reduction)
+
+
+def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    r"""Squared Euclidean distances ``||q_i - k_j||^2`` as a [Bq, Bk] matrix.
+
+    Uses ``||q||^2 + ||k||^2 - 2 q.k`` (one matrix product, O(B^2) memory instead of O(B^2 d)),
+    clamped at 0 against rounding.
+
+    Example:
+        >>> pairwise_sq_distances(torch.tensor([[0.0, 0.0], [3.0, 4.0]]), torch.tensor([[0.0, 4.0]]))
+        tensor([[16.],
+                [ 9.]])
+    """
+    q_sq = queries.pow(2).sum(dim=1, keepdim=True)
+    k_sq = keys.pow(2).sum(dim=1).unsqueeze(0)
+    return (q_sq + k_sq - 2.0 * (queries @ keys.T)).clamp_min(0.0)
+
+
+def representation_margin_loss(
+    features: torch.Tensor,
+    target: torch.Tensor,
+    margin: torch.Tensor | float,
+    *,
+    temperature: float = 1.0,
+    reduction: Reduction = "mean",
+    partner_features: torch.Tensor | None = None,
+    partner_target: torch.Tensor | None = None,
+    self_offset: int = 0,
+) -> torch.Tensor:
+    r"""Representation margin loss: penalises same-class pairs further apart than ``margin``.
+
+    .. math::
+        \ell_{rep}(x_i, y_i) = \log\Big(1 + \sum_{j \ne i,\ y_j = y_i}
+            \exp\big((\|\phi(x_i) - \phi(x_j)\|^2 - m) / T\big)\Big)
+
+    MR2 uses ``m = 2 * s_bar`` (twice the mean within-class spread, the expected squared distance of
+    two samples of an average class) and the paper's ``T = 1``. Same-class partners come from the
+    mask ``target[:, None] == target[None, :]`` without the diagonal; the sum is a log-sum-exp with a
+    zero logit for the ``1 +``, so large distances cannot overflow and samples without a partner
+    contribute exactly 0 (with a zero gradient, never NaN).
+
+    Args:
+        features: [B, d] penultimate features of the batch.
+        target: [B] class ids.
+        margin: the distance margin ``m`` (float or 0-dim tensor, treated as a constant).
+        temperature: ``T`` > 0 dividing ``(d^2 - m)``; 1 is the paper's form.
+        reduction: ``"mean"`` over ALL B samples (default), ``"sum"`` or ``"none"`` ([B]).
+        partner_features: optional [P, d] pool of partners (e.g. the global batch under data
+            parallelism) that contains ``features`` at rows ``self_offset:self_offset + B``;
+            default: ``features`` itself.
+        partner_target: [P] class ids of ``partner_features``.
+        self_offset: row of ``features[0]`` inside ``partner_features``.
+
+    Returns:
+        The loss, 0-dim (or [B] with ``reduction="none"``).
+
+    Example:
+        >>> x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [5.0, 5.0]])
+        >>> y = torch.tensor([0, 0, 1])
+        >>> representation_margin_loss(x, y, margin=1.0, reduction="none")
+        tensor([0.6931, 0.6931, 0.0000])
+    """
+    check_features(features, target)
+    if not temperature > 0:
+        raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=temperature))
+    dtype = _working_dtype(features)
+    queries = features.to(dtype)
+    if partner_features is None or partner_target is None:
+        keys, key_target, self_offset = queries, target, 0
+    else:
+        keys, key_target = partner_features.to(dtype), partner_target
+    batch = queries.shape[0]
+    margin_t = torch.as_tensor(margin, dtype=dtype, device=queries.device).detach()
+    logits = (pairwise_sq_distances(queries, keys) - margin_t) / temperature
+    same_class = target.unsqueeze(1) == key_target.unsqueeze(0)
+    rows = torch.arange(batch, device=queries.device)
+    same_class[rows, rows + self_offset] = False
+    logits = logits.masked_fill(~same_class, float("-inf"))
+    with_one = torch.cat([logits.new_zeros(batch, 1), logits], dim=1)
+    per_sample = torch.logsumexp(with_one, dim=1)
+    return _reduce(per_sample, reduction)

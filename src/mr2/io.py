@@ -1,0 +1,84 @@
+"""Atomic file writes: a reader (or a crash) sees either the old file or the new one, never a torn one.
+
+Each writer writes to a temporary file in the destination's directory, flushes and fsyncs it, then
+``os.replace``s it over the destination (atomic on POSIX and Windows within one file system).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+__all__ = [
+    "append_jsonl",
+    "atomic_save_torch",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+]
+
+
+@contextmanager
+def _atomic_file(path: str | os.PathLike[str], mode: str) -> Iterator[IO[Any]]:
+    destination = Path(path)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, destination)
+    except BaseException:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with _atomic_file(path, "wb") as handle:
+        handle.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with _atomic_file(path, "w") as handle:
+        handle.write(text)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
+    """Serialise ``obj`` as JSON (NaN written as ``NaN``) and write it to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def atomic_save_torch(path: str | os.PathLike[str], obj: Any) -> None:
+    """``torch.save`` ``obj`` to ``path`` atomically."""
+    with _atomic_file(path, "wb") as handle:
+        torch.save(obj, handle)
+
+
+def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
+    """Append one JSON line to ``path``, rewriting the file atomically.
+
+    Rewriting (rather than appending in place) keeps the file valid if the process dies mid-write;
+    the files this is used for (one line per epoch) stay small.
+    """
+    destination = Path(path)
+    previous = destination.read_text() if destination.exists() else ""
+    if previous and not previous.endswith("\n"):
+        previous += "\n"
+    atomic_write_text(destination, previous + json.dumps(record) + "\n")
+
+
+def write_with(path: str | os.PathLike[str], writer: Callable[[IO[Any]], None], *, binary: bool) -> None:
+    """Call ``writer(handle)`` on a temporary file and move it to ``path`` atomically."""
+    with _atomic_file(path, "wb" if binary else "w") as handle:
+        writer(handle)

@@ -1,0 +1,294 @@
+"""The MR2 objective: logit margin loss with per-class temperatures + representation margin loss."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+import torch
+from torch import nn
+
+from mr2 import distributed
+from mr2.checks import CheckValues, MR2InputError, check_classification_inputs
+from mr2.functional.allocation import margin_allocation
+from mr2.functional.margin_losses import logit_margin_loss, representation_margin_loss
+from mr2.functional.released import released_class_normalised_mean
+from mr2.statistics.class_features import ClassFeatureStatistics, Estimator
+
+__all__ = ["VARIANTS", "MR2Loss", "MR2LossParts"]
+
+Allocation = Literal["second_moment", "spread"]
+Pairs = Literal["local", "global"]
+RepReduction = Literal["mean", "released"]
+
+BAD_LAMBDA = "lambda_rep must be a number >= 0; got {value!r}."
+BAD_C_BAR = "c_bar must be a positive number; got {value!r}."
+BAD_ALLOCATION = "allocation must be 'second_moment' (paper) or 'spread'; got {value!r}."
+BAD_PAIRS = "pairs must be 'local' (default) or 'global'; got {value!r}."
+BAD_REP_REDUCTION = "rep_reduction must be 'mean' (paper) or 'released'; got {value!r}."
+BAD_DISTANCE_TEMPERATURE = (
+    "distance_temperature must be a positive number (1 = the paper) or a string '<c>d' meaning c "
+    "times the feature dimension (e.g. '10d', the released code); got {value!r}."
+)
+UNKNOWN_VARIANT = "unknown MR2 variant {name!r}; choose one of: {choices}."
+BAD_WARMUP = "warmup_samples_per_class must be an integer >= 1; got {value!r}."
+
+#: Named configurations. ``"paper"`` is the default of :class:`MR2Loss`; the others are variants
+#: studied by the project (see docs/mr2.md), each labelled as NOT the paper's default.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "centered": {"center_features": True},
+    "variance": {"allocation": "spread"},
+    "lp5": {"norm_p": 5.0},
+    "released": {
+        "norm_p": 5.0,
+        "estimator": "batch",
+        "distance_temperature": "10d",
+        "rep_reduction": "released",
+        "warmup_samples_per_class": None,
+    },
+}
+
+
+class MR2LossParts(NamedTuple):
+    """Detached parts of the last MR2 loss evaluation, for logging without a host sync.
+
+    Attributes:
+        total: 0-dim total loss.
+        logit: 0-dim logit margin term.
+        representation: 0-dim representation margin term (before multiplying by lambda_rep).
+        temperatures: [K] the gamma used.
+        margin: 0-dim distance margin ``2 * s_bar``.
+    """
+
+    total: torch.Tensor
+    logit: torch.Tensor
+    representation: torch.Tensor
+    temperatures: torch.Tensor
+    margin: torch.Tensor
+
+
+def _parse_distance_temperature(value: float | str) -> tuple[float, bool]:
+    """Return (factor, per_dimension) for ``1.0`` -> (1, False) and ``'10d'`` -> (10, True)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            factor = float(text[:-1]) if text.endswith("d") else float("nan")
+        except ValueError:
+            factor = float("nan")
+        if not factor > 0:
+            raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
+        return factor, True
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
+    return float(value), False
+
+
+class MR2Loss(nn.Module):
+    r"""The MR2 training objective, called as ``loss(logits, features, target)``.
+
+    .. math::
+        \mathcal{L} = \frac{1}{B}\sum_i \Big[-\log\mathrm{softmax}(z_i/\gamma_{y_i})_{y_i}
+            + \lambda \log\big(1 + \sum_{j \ne i, y_j = y_i}
+              e^{(\|\phi_i - \phi_j\|^2 - 2\bar s)/T}\big)\Big],
+        \qquad \gamma_y = \bar c K a_y^{1/3} / \textstyle\sum_k a_k^{1/3}
+
+    with ``a_k = ||mu_k||^2 + s_k`` and ``s_bar`` the mean of ``s_k`` from the moving class statistics
+    (:class:`~mr2.ClassFeatureStatistics`, held by this module). In training mode every call first
+    folds the batch's features into the statistics and then uses them (as the released code does);
+    in eval mode the statistics are frozen. Until every class has been seen
+    ``warmup_samples_per_class`` times the temperatures are 1 (plain cross-entropy); setting
+    :attr:`margins_enabled` to False (e.g. for warm-up epochs) does the same.
+
+    The defaults are the paper's: L2 statistics, cube-root allocation of ``a_k``, distance
+    temperature ``T = 1``, ``lambda_rep = 0.1``, representation pairs from the local batch (under data
+    parallelism each rank pairs its own samples, as the released code does; ``pairs="global"`` pairs
+    over the global batch with a differentiable all-gather). Variants (see :data:`VARIANTS` and
+    :meth:`from_variant`) are labelled as such.
+
+    Args:
+        num_classes: K >= 2.
+        c_bar: mean temperature (overall margin strength) > 0.
+        lambda_rep: weight of the representation term (0 disables it and skips its O(B^2) work).
+        momentum: decay of the moving statistics (0.9 in the paper's CIFAR scripts, 0.999 ImageNet).
+        feature_dim: d, or None to infer it from the first batch.
+        distance_temperature: ``T`` (1 = paper) or ``"<c>d"`` for c times the feature dimension.
+        allocation: ``"second_moment"`` (paper: ``a_k``) or ``"spread"`` (variance-only, ``s_k``).
+        norm_p: Lp norm of the statistics (2 = paper; 5 = released code).
+        center_features: statistics on globally centred features (variant).
+        estimator: ``"pooled"`` moving sufficient statistics (default) or ``"batch"`` (released).
+        rep_reduction: ``"mean"`` over the batch (paper) or ``"released"`` (per-class means / K,
+            times d/10).
+        pairs: ``"local"`` or ``"global"`` batch pairs under torch.distributed.
+        warmup_samples_per_class: temperatures stay 1 until every class has been seen this many
+            times (None: never wait; the released code's behaviour).
+        min_temperature: lower clamp on gamma (guards a class whose statistics are ~0).
+        process_group: torch.distributed group (None: default group when initialised).
+        check_values: validate target range / finiteness ("auto": CPU tensors only).
+
+    Example:
+        >>> torch.manual_seed(0) and None
+        >>> loss_fn = MR2Loss(num_classes=3)
+        >>> logits, features = torch.randn(8, 3), torch.randn(8, 4)
+        >>> target = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+        >>> loss = loss_fn(logits, features, target)
+        >>> loss.shape, loss_fn.temperatures().shape, bool(loss_fn.parts.representation >= 0)
+        (torch.Size([]), torch.Size([3]), True)
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        c_bar: float = 1.0,
+        lambda_rep: float = 0.1,
+        momentum: float = 0.9,
+        feature_dim: int | None = None,
+        distance_temperature: float | str = 1.0,
+        allocation: Allocation = "second_moment",
+        norm_p: float = 2.0,
+        center_features: bool = False,
+        estimator: Estimator = "pooled",
+        rep_reduction: RepReduction = "mean",
+        pairs: Pairs = "local",
+        warmup_samples_per_class: int | None = 1,
+        min_temperature: float = 1e-2,
+        process_group: Any = None,
+        check_values: CheckValues = "auto",
+    ) -> None:
+        super().__init__()
+        self.statistics = ClassFeatureStatistics(
+            num_classes,
+            feature_dim,
+            momentum=momentum,
+            norm_p=norm_p,
+            center=center_features,
+            estimator=estimator,
+            process_group=process_group,
+            check_values=check_values,
+        )
+        self.num_classes = self.statistics.num_classes
+        if isinstance(c_bar, bool) or not isinstance(c_bar, (int, float)) or not c_bar > 0:
+            raise MR2InputError(BAD_C_BAR.format(value=c_bar))
+        if isinstance(lambda_rep, bool) or not isinstance(lambda_rep, (int, float)) or lambda_rep < 0:
+            raise MR2InputError(BAD_LAMBDA.format(value=lambda_rep))
+        if allocation not in ("second_moment", "spread"):
+            raise MR2InputError(BAD_ALLOCATION.format(value=allocation))
+        if pairs not in ("local", "global"):
+            raise MR2InputError(BAD_PAIRS.format(value=pairs))
+        if rep_reduction not in ("mean", "released"):
+            raise MR2InputError(BAD_REP_REDUCTION.format(value=rep_reduction))
+        if warmup_samples_per_class is not None and (
+            isinstance(warmup_samples_per_class, bool)
+            or not isinstance(warmup_samples_per_class, int)
+            or warmup_samples_per_class < 1
+        ):
+            raise MR2InputError(BAD_WARMUP.format(value=warmup_samples_per_class))
+        self.c_bar = float(c_bar)
+        self.lambda_rep = float(lambda_rep)
+        self.distance_temperature = distance_temperature
+        self._temperature_factor, self._temperature_per_dim = _parse_distance_temperature(
+            distance_temperature
+        )
+        self.allocation: Allocation = allocation
+        self.rep_reduction: RepReduction = rep_reduction
+        self.pairs: Pairs = pairs
+        self.warmup_samples_per_class = warmup_samples_per_class
+        self.min_temperature = float(min_temperature)
+        self.process_group = process_group
+        self.check_values: CheckValues = check_values
+        #: Set to False to train with temperatures 1 (e.g. during warm-up epochs).
+        self.margins_enabled = True
+        self.parts: MR2LossParts | None = None
+
+    @classmethod
+    def from_variant(cls, variant: str, num_classes: int, **overrides: Any) -> MR2Loss:
+        """Build a named configuration from :data:`VARIANTS`, with keyword overrides.
+
+        Example:
+            >>> MR2Loss.from_variant("released", 10).statistics.norm_p
+            5.0
+        """
+        if variant not in VARIANTS:
+            raise MR2InputError(
+                UNKNOWN_VARIANT.format(name=variant, choices=", ".join(sorted(VARIANTS)))
+            )
+        return cls(num_classes, **{**VARIANTS[variant], **overrides})
+
+    def extra_repr(self) -> str:
+        return (
+            f"c_bar={self.c_bar}, lambda_rep={self.lambda_rep}, "
+            f"distance_temperature={self.distance_temperature!r}, allocation={self.allocation!r}, "
+            f"rep_reduction={self.rep_reduction!r}, pairs={self.pairs!r}"
+        )
+
+    def allocation_statistic(self) -> torch.Tensor:
+        """[K] the statistic the temperatures are allocated from (``a_k`` or ``s_k``)."""
+        if self.allocation == "spread":
+            return self.statistics.spread()
+        return self.statistics.second_moment()
+
+    def temperatures(self) -> torch.Tensor:
+        """[K] the current per-class temperatures gamma (ones during warm-up). No host sync."""
+        stat = self.allocation_statistic()
+        gamma = margin_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_temperature)
+        ready = stat.sum() > 0
+        if self.warmup_samples_per_class is not None:
+            ready = ready & (self.statistics.samples_seen >= self.warmup_samples_per_class).all()
+        if not self.margins_enabled:
+            ready = torch.zeros_like(ready)
+        return torch.where(ready & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
+
+    def distance_margin(self) -> torch.Tensor:
+        """0-dim ``2 * s_bar``."""
+        return 2.0 * self.statistics.mean_spread()
+
+    def _temperature_value(self, feature_dim: int) -> float:
+        factor = self._temperature_factor
+        return factor * feature_dim if self._temperature_per_dim else factor
+
+    def representation_term(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The (unweighted) representation margin term of this batch."""
+        temperature = self._temperature_value(features.shape[1])
+        margin = self.distance_margin()
+        partners: dict[str, Any] = {}
+        if self.pairs == "global" and distributed.is_distributed(self.process_group):
+            partner_features, offset = distributed.all_gather_with_grad(features, self.process_group)
+            partner_target, _ = distributed.all_gather_variable(target, self.process_group)
+            partners = {
+                "partner_features": partner_features,
+                "partner_target": partner_target,
+                "self_offset": offset,
+            }
+        if self.rep_reduction == "released":
+            per_sample = representation_margin_loss(
+                features, target, margin, temperature=temperature, reduction="none", **partners
+            )
+            scale = features.shape[1] / 10.0
+            return scale * released_class_normalised_mean(per_sample, target, self.num_classes)
+        return representation_margin_loss(
+            features, target, margin, temperature=temperature, reduction="mean", **partners
+        )
+
+    def forward(
+        self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        """Loss of one batch (0-dim). Updates the statistics first when in training mode.
+
+        Args:
+            logits: [B, K] classifier outputs.
+            features: [B, d] penultimate features (the input of the final linear layer).
+            target: [B] class ids in ``[0, K)``.
+        """
+        check_classification_inputs(logits, features, target, self.num_classes, self.check_values)
+        self.statistics.update(features, target)
+        gamma = self.temperatures()
+        logit_term = logit_margin_loss(logits, target, gamma)
+        if self.lambda_rep > 0:
+            rep_term = self.representation_term(features, target)
+        else:
+            rep_term = logit_term.new_zeros(())
+        total = logit_term + self.lambda_rep * rep_term
+        self.parts = MR2LossParts(
+            total.detach(), logit_term.detach(), rep_term.detach(), gamma, self.distance_margin()
+        )
+        return total

@@ -1,0 +1,5 @@
+"""Moving per-class feature statistics."""
+
+from mr2.statistics.class_features import ClassFeatureStatistics
+
+__all__ = ["ClassFeatureStatistics"]

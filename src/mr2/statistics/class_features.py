@@ -1,0 +1,259 @@
+"""Moving per-class feature statistics: class means mu_k, spreads s_k and second moments a_k."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from mr2 import distributed
+from mr2.checks import (
+    FEATURE_DIM_MISMATCH,
+    CheckValues,
+    MR2InputError,
+    check_features,
+    check_finite,
+    check_num_classes,
+    check_target,
+)
+from mr2.functional.class_sums import class_sums
+
+__all__ = ["ClassFeatureStatistics", "Estimator"]
+
+Estimator = Literal["pooled", "batch"]
+
+BAD_MOMENTUM = "momentum (the moving-average decay) must be in [0, 1); got {value!r}."
+BAD_NORM_P = "norm_p must be a number >= 1; got {value!r}."
+BAD_ESTIMATOR = "estimator must be 'pooled' (default) or 'batch' (released code); got {value!r}."
+CENTER_NEEDS_POOLED = "center=True needs estimator='pooled' (the class means it centres on)."
+
+
+class ClassFeatureStatistics(nn.Module):
+    r"""Per-class moving feature statistics held as registered buffers.
+
+    For each class k the module tracks the mean feature ``mu_k``, the mean squared deviation
+    ``s_k = E ||phi(x) - mu_k||^2`` and the second moment ``a_k = ||mu_k||^2 + s_k`` of MR2.
+
+    Default estimator (``"pooled"``): exponential moving averages of per-class SUFFICIENT statistics
+    of each batch (count ``n_k``, feature sum ``S_k``, sum of squared norms ``Q_k``)::
+
+        n_k <- m n_k + (1 - m) n_k^batch      S_k <- m S_k + (1 - m) S_k^batch  (same for Q_k)
+        mu_k = S_k / n_k      a_k = Q_k / n_k      s_k = a_k - ||mu_k||^2
+
+    Ratios of moving sums weight every SAMPLE equally (within the decay), so the estimates are not
+    biased by how many samples of a class a batch happens to hold; averaging per-batch means and
+    variances (the released code) over-weights small per-batch class counts and biases ``s_k`` low by
+    the factor ``(n - 1)/n``. A class absent from a batch keeps its values; the first batch that
+    holds a class initialises it. ``m`` is the decay (``momentum=0.9`` keeps 90% of the old value;
+    note that this is the opposite of BatchNorm's convention).
+
+    Variants (not the paper's default; each labelled in the docs):
+
+    - ``norm_p != 2``: ``||mu_k||_p^2`` and ``s_k = E ||phi(x) - mu_k||_p^2``, the deviation taken from
+      the running mean (the released code uses ``p = 5`` so that L2-normalised features such as
+      CLIP's still get class-sensitive margins).
+    - ``center=True``: ``||mu_k - g||^2`` with ``g`` the average of the class means; centring all
+      features by a constant leaves a linear classifier with bias unchanged.
+    - ``estimator="batch"``: the released code's arithmetic, moving averages of the per-batch scalars
+      ``||batch mean||_p^2`` and ``mean ||x - batch mean||_p^2``.
+
+    Under torch.distributed the per-class batch sums are all-reduced over ``process_group`` BEFORE
+    the moving-average step, so every rank holds identical statistics and ``R`` ranks with batch ``B``
+    give the statistics of one process with batch ``R * B``. Updates run under ``no_grad`` in float32
+    (also under autocast) and only in training mode.
+
+    Args:
+        num_classes: K >= 2.
+        feature_dim: d; None to take it from the first update (or from a loaded state dict).
+        momentum: moving-average decay m in [0, 1).
+        norm_p: the Lp norm of the statistics (2 = the paper).
+        center: compute ``||mu_k||`` on globally centred features.
+        estimator: ``"pooled"`` (default) or ``"batch"`` (released code).
+        process_group: torch.distributed group to synchronise over (None: the default group).
+        check_values: validate target range and finiteness ("auto": for CPU tensors only).
+
+    Example:
+        >>> stats = ClassFeatureStatistics(num_classes=3, feature_dim=2, momentum=0.5)
+        >>> stats.update(torch.tensor([[1.0, 1.0], [3.0, 1.0], [0.0, 2.0]]), torch.tensor([0, 0, 1]))
+        >>> stats.means()[0].tolist(), stats.spread().tolist(), stats.seen().tolist()
+        ([2.0, 1.0], [1.0, 0.0, 0.0], [True, True, False])
+    """
+
+    count: torch.Tensor
+    feature_sum: torch.Tensor
+    sq_norm_sum: torch.Tensor
+    deviation_sum: torch.Tensor
+    batch_mean_sq_norm: torch.Tensor
+    batch_spread: torch.Tensor
+    samples_seen: torch.Tensor
+
+    def __init__(
+        self,
+        num_classes: int,
+        feature_dim: int | None = None,
+        *,
+        momentum: float = 0.9,
+        norm_p: float = 2.0,
+        center: bool = False,
+        estimator: Estimator = "pooled",
+        process_group: Any = None,
+        check_values: CheckValues = "auto",
+    ) -> None:
+        super().__init__()
+        self.num_classes = check_num_classes(num_classes)
+        if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
+            raise MR2InputError(BAD_MOMENTUM.format(value=momentum))
+        if not (isinstance(norm_p, (int, float)) and norm_p >= 1.0):
+            raise MR2InputError(BAD_NORM_P.format(value=norm_p))
+        if estimator not in ("pooled", "batch"):
+            raise MR2InputError(BAD_ESTIMATOR.format(value=estimator))
+        if center and estimator != "pooled":
+            raise MR2InputError(CENTER_NEEDS_POOLED)
+        self.momentum = float(momentum)
+        self.norm_p = float(norm_p)
+        self.center = bool(center)
+        self.estimator: Estimator = estimator
+        self.process_group = process_group
+        self.check_values: CheckValues = check_values
+        k = self.num_classes
+        self.register_buffer("count", torch.zeros(k))
+        self.register_buffer("feature_sum", torch.zeros(k, feature_dim or 0))
+        self.register_buffer("sq_norm_sum", torch.zeros(k))
+        self.register_buffer("deviation_sum", torch.zeros(k))
+        self.register_buffer("batch_mean_sq_norm", torch.zeros(k))
+        self.register_buffer("batch_spread", torch.zeros(k))
+        self.register_buffer("samples_seen", torch.zeros(k, dtype=torch.long))
+
+    # ------------------------------------------------------------------ state
+    @property
+    def feature_dim(self) -> int | None:
+        """d, or None before the first update."""
+        return self.feature_sum.shape[1] or None
+
+    def _materialise(self, feature_dim: int) -> None:
+        if self.feature_sum.shape[1] == 0:
+            self.feature_sum = self.feature_sum.new_zeros(self.num_classes, feature_dim)
+        elif self.feature_sum.shape[1] != feature_dim:
+            raise MR2InputError(
+                FEATURE_DIM_MISMATCH.format(got=feature_dim, expected=self.feature_sum.shape[1])
+            )
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        incoming = state_dict.get(prefix + "feature_sum")
+        if incoming is not None and self.feature_sum.shape[1] == 0:
+            self._materialise(incoming.shape[1])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_classes={self.num_classes}, feature_dim={self.feature_dim}, "
+            f"momentum={self.momentum}, norm_p={self.norm_p}, center={self.center}, "
+            f"estimator={self.estimator!r}"
+        )
+
+    # ----------------------------------------------------------------- update
+    def _ema(self, old: torch.Tensor, new: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+        """Moving average for present classes; first observation initialises; absent keep ``old``."""
+        shape = (-1,) + (1,) * (old.dim() - 1)
+        first = (present & (self.samples_seen == 0)).view(shape)
+        mixed = self.momentum * old + (1.0 - self.momentum) * new
+        return torch.where(present.view(shape), torch.where(first, new, mixed), old)
+
+    def _norm_sq(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Row-wise squared Lp norm ``||v||_p^2``."""
+        if self.norm_p == 2.0:
+            return vectors.pow(2).sum(dim=-1)
+        return torch.linalg.vector_norm(vectors, ord=self.norm_p, dim=-1).pow(2)
+
+    def _deviation_sums(
+        self, features: torch.Tensor, target: torch.Tensor, centers: torch.Tensor
+    ) -> torch.Tensor:
+        """[K] sums over the (global) batch of ``||x - centers[y]||_p^2``."""
+        deviation = self._norm_sq(features - centers[target])
+        sums = torch.zeros(self.num_classes, dtype=features.dtype, device=features.device)
+        sums.index_add_(0, target, deviation)
+        return distributed.all_reduce_sum_(sums, self.process_group)
+
+    @torch.no_grad()
+    def update(self, features: torch.Tensor, target: torch.Tensor) -> None:
+        """Fold one batch into the moving statistics (does nothing in eval mode).
+
+        Args:
+            features: [B, d] features (detached and cast to float32 here).
+            target: [B] class ids in ``[0, K)``.
+        """
+        if not self.training:
+            return
+        check_features(features, target)
+        check_target(target, self.num_classes, features.shape[0], self.check_values)
+        check_finite("features", features, self.check_values)
+        self._materialise(features.shape[1])
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            x = features.detach().to(self.feature_sum.dtype)
+            sums = class_sums(x, target, self.num_classes)
+            # One all-reduce for all first-phase sums: [K, 1 + d + 1].
+            packed = torch.cat(
+                [sums.counts.unsqueeze(1), sums.feature_sums, sums.sq_norm_sums.unsqueeze(1)], dim=1
+            )
+            distributed.all_reduce_sum_(packed, self.process_group)
+            count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+            present = count > 0
+            safe_count = count.clamp_min(1.0)
+            if self.estimator == "batch":
+                batch_means = feature_sum / safe_count.unsqueeze(1)
+                spread = self._deviation_sums(x, target, batch_means) / safe_count
+                self.batch_mean_sq_norm.copy_(
+                    self._ema(self.batch_mean_sq_norm, self._norm_sq(batch_means), present)
+                )
+                self.batch_spread.copy_(self._ema(self.batch_spread, spread, present))
+            self.count.copy_(self._ema(self.count, count, present))
+            self.feature_sum.copy_(self._ema(self.feature_sum, feature_sum, present))
+            self.sq_norm_sum.copy_(self._ema(self.sq_norm_sum, sq_norm_sum, present))
+            if self.estimator == "pooled" and self.norm_p != 2.0:
+                deviation = self._deviation_sums(x, target, self.means())
+                self.deviation_sum.copy_(self._ema(self.deviation_sum, deviation, present))
+            self.samples_seen.add_(count.round().long())
+
+    # ---------------------------------------------------------- derived values
+    def seen(self) -> torch.Tensor:
+        """[K] bool: the class has been observed at least once."""
+        return self.samples_seen > 0
+
+    def means(self) -> torch.Tensor:
+        """[K, d] class means mu_k (zeros for unseen classes)."""
+        return self.feature_sum / self.count.clamp_min(1e-12).unsqueeze(1)
+
+    def global_center(self) -> torch.Tensor:
+        """[d] average of the class means over the seen classes (the centring vector)."""
+        seen = self.seen().to(self.feature_sum.dtype)
+        return (self.means() * seen.unsqueeze(1)).sum(0) / seen.sum().clamp_min(1.0)
+
+    def mean_sq_norm(self) -> torch.Tensor:
+        """[K] ``||mu_k||_p^2`` (of the centred means with ``center=True``)."""
+        if self.estimator == "batch":
+            return self.batch_mean_sq_norm.clone()
+        means = self.means()
+        if self.center:
+            means = means - self.global_center()
+        return self._norm_sq(means) * self.seen()
+
+    def spread(self) -> torch.Tensor:
+        """[K] mean squared deviation ``s_k = E ||phi(x) - mu_k||_p^2`` (0 for unseen classes)."""
+        if self.estimator == "batch":
+            return self.batch_spread.clone()
+        if self.norm_p != 2.0:
+            return self.deviation_sum / self.count.clamp_min(1e-12)
+        raw_second = self.sq_norm_sum / self.count.clamp_min(1e-12)
+        return (raw_second - self._norm_sq(self.means())).clamp_min(0.0)
+
+    def second_moment(self) -> torch.Tensor:
+        """[K] ``a_k = ||mu_k||^2 + s_k``."""
+        return self.mean_sq_norm() + self.spread()
+
+    def mean_spread(self) -> torch.Tensor:
+        """0-dim ``s_bar``: the average of ``s_k`` over the seen classes."""
+        seen = self.seen()
+        return (self.spread() * seen).sum() / seen.sum().clamp_min(1)

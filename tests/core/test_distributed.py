@@ -1,0 +1,52 @@
+"""2-process gloo data parallelism (real torchrun): 2 ranks x B equals 1 rank x 2B."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mr2 import MR2Loss
+
+WORKER = Path(__file__).with_name("ddp_loss_worker.py")
+
+
+def torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 240) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={nproc}", str(script), *args,
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"torchrun failed:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
+def test_two_ranks_match_one_process_on_the_global_batch(tmp_path):
+    torchrun(WORKER, str(tmp_path))
+    sys.path.insert(0, str(WORKER.parent))
+    import ddp_loss_worker as worker
+
+    single = worker.run(
+        MR2Loss(worker.NUM_CLASSES, momentum=0.6, lambda_rep=0.5, pairs="global",
+                distance_temperature="1d"),
+        rank=0, world=1,
+    )
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    per_rank = worker.GLOBAL_BATCH // 2
+    for rank_result in ranks:  # identical statistics on every rank, equal to the single process
+        for key, value in single["state"].items():
+            torch.testing.assert_close(rank_result["state"][key], value, msg=key)
+    for step in range(worker.STEPS):
+        mean_loss = (ranks[0]["losses"][step] + ranks[1]["losses"][step]) / 2
+        torch.testing.assert_close(mean_loss, single["losses"][step])
+        for part in range(2):  # logits and features gradients
+            stitched = torch.cat([r["grads"][step][part] for r in ranks])
+            torch.testing.assert_close(stitched, single["grads"][step][part], rtol=1e-5, atol=1e-7)
+    assert per_rank * 2 == worker.GLOBAL_BATCH
