@@ -16,6 +16,8 @@ from mr2 import __version__
 #: (subcommand, module, one-line help)
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("demo", "mr2.cli.demo", "run the demonstration comparison (MR2 vs cross-entropy)"),
+    ("train", "mr2.cli.train", "train one run from a YAML config"),
+    ("eval", "mr2.cli.eval", "re-evaluate a run directory's last checkpoint"),
     ("report", "mr2.cli.report", "disparity report over one or more run directories"),
 )
 

@@ -10,20 +10,21 @@ a resampled epoch) reaches them through the hooks below, which the engine calls 
         method.on_epoch_start(epoch)
         indices = method.epoch_indices(epoch, generator)   # None: the plain data set
         for inputs, target, index in loader:
-            method.on_batch(inputs, target, index)         # LfF: biased model forward
+            method.on_batch(inputs, target, index)         # LfF, JTT: inputs and sample indices
             logits, features = model(inputs)
             loss = method(logits, features, target)
             ...backward / step...
         method.on_epoch_end(epoch)
         method.on_validation(epoch, class_accuracy)        # after each validation pass (CDB-CE)
-        if method.wants_model_reset(epoch):                # JTT: end of stage 1
+        if method.wants_model_reset() and not reset_done:  # JTT: end of stage 1, once
             ...fresh model (model_factory + adapt_model), optimizer, scheduler...
         ...checkpoint...
 
 A method is an ``nn.Module``: its state (buffers, a second model) goes into ``state_dict()`` and so into
-checkpoints; its parameters (if any) are optimised together with the model's. The engine calls
-``method.train()`` while training and ``method.eval()`` while evaluating: methods update their state
-only in training mode (never from evaluation data).
+checkpoints; its parameters (if any) are optimised together with the model's, and under data
+parallelism the engine averages their gradients over ranks (the model's are averaged by DDP). The
+engine calls ``method.train()`` while training and ``method.eval()`` while evaluating: methods update
+their state only in training mode (never from evaluation data).
 """
 
 from __future__ import annotations
@@ -117,15 +118,16 @@ class TrainingMethod(nn.Module):
         CDB-CE recomputes its class weights from it.
         """
 
-    def wants_model_reset(self, epoch: int) -> bool:
-        """Whether the engine must start training again from a fresh model after ``epoch``.
+    def wants_model_reset(self) -> bool:
+        """Whether the method needs training to restart from a fresh model (default: False).
 
-        Checked after :meth:`on_epoch_end` (and :meth:`on_validation`) of every epoch. When True the
-        engine builds a fresh model (``model_factory()`` then :meth:`adapt_model`: re-initialised,
-        or pre-trained weights reloaded, as at the start of the run), a fresh optimizer over it and
-        the method's parameters, and a fresh scheduler spanning the remaining epochs
-        ``epoch + 1 .. epochs - 1``, BEFORE writing that epoch's checkpoint (so a resumed run never
-        resets twice). JTT returns True once, at the end of its first stage; the default is False.
+        Checked after :meth:`on_epoch_end` (and :meth:`on_validation`) of every epoch. The first time
+        it is True, the engine builds a fresh model (``model_factory()`` then :meth:`adapt_model`:
+        re-initialised, or pre-trained weights reloaded, as at the start of the run), a fresh
+        optimizer over it and the method's parameters, and a fresh scheduler spanning the REMAINING
+        epochs (with the next epochs' loader length, :meth:`epoch_indices` may change it), before
+        writing that epoch's checkpoint; it records the reset in the checkpoint and never resets
+        twice. JTT returns True from the end of its first stage on.
         """
         return False
 
@@ -135,5 +137,10 @@ class TrainingMethod(nn.Module):
         raise NotImplementedError
 
     def log_values(self) -> dict[str, torch.Tensor]:
-        """Detached tensors to log (the engine syncs them only at logging intervals)."""
+        """Detached 0-dim tensors to log (the engine syncs them only at logging intervals)."""
         return {}
+
+    def class_statistics(self) -> dict[str, torch.Tensor] | None:
+        """Per-class [K] tensors to record each epoch and in final.json (MR2: ``mean_sq_norm``,
+        ``spread``, ``second_moment``, ``temperatures``); None for methods without them."""
+        return None

@@ -1,0 +1,28 @@
+"""``mr2 eval RUN_DIR [--split test|val]``: re-evaluate a run's last checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a run directory written by mr2 train")
+    parser.add_argument("--split", choices=("test", "val"), default="test", help="split to evaluate")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mr2.config import ConfigError
+    from mr2.engine.run import RunError, evaluate_run
+
+    try:
+        result = evaluate_run(args.run_dir, args.split)
+    except (ConfigError, RunError) as error:
+        print(f"mr2 eval: error: {error}", file=sys.stderr)
+        return 2
+    worst = min((a for a in result["per_class_accuracy"] if a == a), default=float("nan"))
+    print(
+        f"{args.split} accuracy {result['overall_accuracy']:.4f}, worst class {worst:.4f} "
+        f"({args.run_dir}/eval_{args.split}.json)"
+    )
+    return 0

@@ -1,0 +1,88 @@
+"""``mr2 report RUN_DIR... [--reference NAME] [--out DIR]``: the class-wise disparity report.
+
+Reads run directories (``config.yaml`` and ``final.json``, optionally ``metrics.jsonl``), prints the
+comparison table and writes report.md, CSV/JSON files and plots to ``--out``. The work is done by
+:func:`mr2.report.write_report`; this module only parses arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``report`` subcommand's arguments to ``parser``."""
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to report")
+    parser.add_argument(
+        "--reference",
+        metavar="NAME",
+        default=None,
+        help="reference method: ranks the tiers and is compared against (default: the first run's)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", default="report", help="output directory (default: ./report)"
+    )
+    parser.add_argument(
+        "--tiers",
+        type=int,
+        default=None,
+        help="number of tiers (default: 3: easy/medium/hard; fewer when there are fewer classes)",
+    )
+    parser.add_argument(
+        "--tier-source",
+        choices=("test", "validation"),
+        default="test",
+        help="split of the reference runs that ranks the classes into tiers (default: test, the "
+        "paper's protocol; validation avoids regression-to-the-mean bias)",
+    )
+    parser.add_argument(
+        "--bottom-fraction",
+        type=float,
+        default=0.1,
+        help="fraction of worst classes averaged in the 'bottom' column (default: 0.1)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="B",
+        help="bootstrap resamples per run for confidence intervals (0 disables; default: 1000)",
+    )
+    parser.add_argument(
+        "--confidence", type=float, default=0.95, help="bootstrap interval coverage (default: 0.95)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level marked in tables (default: 0.05)"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the figures")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the report; print the table. Returns 0, or 2 with a message on bad input."""
+    from mr2.report.exceptions import ReportError
+    from mr2.report.run_dir import load_runs
+    from mr2.report.writer import write_report
+
+    try:
+        runs = load_runs(args.run_dirs)
+        output = write_report(
+            runs,
+            args.out,
+            reference=args.reference,
+            num_tiers=args.tiers,
+            tier_source=args.tier_source,
+            bottom_fraction=args.bottom_fraction,
+            alpha=args.alpha,
+            bootstrap_resamples=args.bootstrap,
+            confidence=args.confidence,
+            seed=args.seed,
+            plots=not args.no_plots,
+        )
+    except ReportError as error:
+        print(f"mr2 report: error: {error}", file=sys.stderr)
+        return 2
+    print(output.comparison.to_markdown())
+    print(f"Report written to {args.out}/report.md ({len(output.files)} files).")
+    return 0

@@ -1,0 +1,31 @@
+"""``mr2 train --config FILE.yaml [--set key=value ...]``: one training run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mr2.config import ConfigError, load_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML run configuration (defaults are used for absent keys)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key, e.g. --set optim.lr=0.1 --set method.name=mr2 (repeatable)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace a finished run of the same name")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mr2.engine.run import RunError, train
+
+    try:
+        config = load_config(args.config, args.overrides)
+        final = train(config, overwrite=args.overwrite, quiet=args.quiet)
+    except (ConfigError, RunError) as error:
+        print(f"mr2 train: error: {error}", file=sys.stderr)
+        return 2
+    print(f"test accuracy {final['overall_accuracy']:.4f} ({config.output_dir}/{config.name}/final.json)")
+    return 0

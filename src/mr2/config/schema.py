@@ -1,0 +1,205 @@
+"""Typed configuration of a training run, validated before any work starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+__all__ = [
+    "ConfigError",
+    "DataSection",
+    "MethodSection",
+    "ModelSection",
+    "OptimSection",
+    "RunConfig",
+    "config_from_dict",
+    "config_to_dict",
+]
+
+UNKNOWN_KEY = "unknown config key {path!r}; valid keys here: {valid}."
+WRONG_TYPE = "config key {path!r} must be {expected}; got {value!r} ({type})."
+NOT_A_MAPPING = "config section {path!r} must be a mapping of keys to values; got {value!r}."
+BAD_VALUE = "config key {path!r}: {problem}"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the key and what is expected."""
+
+
+@dataclass
+class DataSection:
+    """Which data set and how to load it."""
+
+    name: str = "fashion_mnist"
+    root: str | None = None
+    val_fraction: float = 0.1
+    split_seed: int = 0
+    imbalance_factor: float = 1.0
+    augment: bool = False
+    image_size: int | None = None
+    download: bool = False
+    batch_size: int = 128
+    eval_batch_size: int = 512
+    num_workers: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelSection:
+    """Which model; ``weights`` is a local checkpoint file (pretrained backbones)."""
+
+    name: str = "small_cnn"
+    weights: str | None = None
+    pretrained: bool = False
+    sync_batchnorm: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MethodSection:
+    """Training method (``erm``, ``mr2``, ``lff``, ``jtt``, ...) and its options."""
+
+    name: str = "erm"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimSection:
+    """Optimiser, schedule and numerics."""
+
+    name: Literal["sgd", "adamw"] = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 5e-4
+    epochs: int = 10
+    warmup_epochs: float = 0.0
+    scheduler: Literal["cosine", "constant"] = "cosine"
+    grad_clip: float | None = None
+    amp: Literal["none", "bf16", "fp16"] = "none"
+
+
+@dataclass
+class RunConfig:
+    """A whole training run."""
+
+    name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    deterministic: bool = False
+    device: str = "auto"
+    regime: Literal["scratch", "finetune", "linear_probe"] = "scratch"
+    select: Literal["last", "best_val"] = "last"
+    checkpoint_every: int = 1
+    log_every: int = 50
+    cache_dir: str | None = None
+    data: DataSection = field(default_factory=DataSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    method: MethodSection = field(default_factory=MethodSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+
+    def __post_init__(self) -> None:
+        _check_values(self)
+
+
+def _check_values(config: RunConfig) -> None:
+    checks = [
+        ("data.val_fraction", 0.0 <= config.data.val_fraction < 1.0, "must be in [0, 1)"),
+        ("data.imbalance_factor", config.data.imbalance_factor >= 1.0, "must be >= 1"),
+        ("data.batch_size", config.data.batch_size >= 1, "must be >= 1"),
+        ("data.eval_batch_size", config.data.eval_batch_size >= 1, "must be >= 1"),
+        ("data.num_workers", config.data.num_workers >= 0, "must be >= 0"),
+        ("optim.lr", config.optim.lr > 0, "must be > 0"),
+        ("optim.epochs", config.optim.epochs >= 1, "must be >= 1"),
+        ("optim.warmup_epochs", 0 <= config.optim.warmup_epochs <= config.optim.epochs,
+         "must be in [0, optim.epochs]"),
+        ("optim.weight_decay", config.optim.weight_decay >= 0, "must be >= 0"),
+        ("optim.grad_clip", config.optim.grad_clip is None or config.optim.grad_clip > 0,
+         "must be null or > 0"),
+        ("checkpoint_every", config.checkpoint_every >= 1, "must be >= 1"),
+        ("log_every", config.log_every >= 1, "must be >= 1"),
+        ("name", bool(config.name) and "/" not in config.name, "must be a non-empty name without '/'"),
+    ]
+    for path, ok, problem in checks:
+        if not ok:
+            raise ConfigError(BAD_VALUE.format(path=path, problem=problem))
+
+
+def _describe(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(annotation))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(annotation))
+    if annotation is type(None):
+        return "null"
+    if origin is dict:
+        return "a mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin = get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin is Literal:
+        return value in get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin is dict:
+        return isinstance(value, dict)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(NOT_A_MAPPING.format(path=path or "<root>", value=data))
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise ConfigError(UNKNOWN_KEY.format(path=key_path, valid=", ".join(names)))
+        annotation = hints[key]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[key] = _build(annotation, value, key_path)  # type: ignore[arg-type]
+            continue
+        if not _matches(value, annotation):
+            raise ConfigError(
+                WRONG_TYPE.format(
+                    path=key_path, expected=_describe(annotation), value=value, type=type(value).__name__
+                )
+            )
+        if annotation is float or (get_origin(annotation) in (Union, types.UnionType)
+                                    and float in get_args(annotation) and isinstance(value, int)):
+            value = float(value)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """Build and validate a :class:`RunConfig` from a nested mapping (e.g. parsed YAML).
+
+    Example:
+        >>> config_from_dict({"method": {"name": "mr2"}, "optim": {"epochs": 2}}).optim.epochs
+        2
+    """
+    result: RunConfig = _build(RunConfig, data, "")
+    return result
+
+
+def config_to_dict(config: RunConfig) -> dict[str, Any]:
+    """The resolved configuration as a plain nested dict (for YAML/JSON and checkpoints)."""
+    return dataclasses.asdict(config)

@@ -1,0 +1,33 @@
+"""Data sets: standard on-disk formats, seeded validation splits and per-regime transforms.
+
+The engine calls :func:`build_datasets` with a :class:`DataConfig` and gets a :class:`DataBundle`
+whose splits yield ``(input, target, index)``. See ``docs/data.md`` for the formats and layouts.
+"""
+
+from __future__ import annotations
+
+from mr2.data.errors import DatasetError
+from mr2.data.indexed import IndexedDataset
+from mr2.data.registry import (
+    DATASETS,
+    DataBundle,
+    DataConfig,
+    DatasetEntry,
+    build_datasets,
+    register_dataset,
+)
+from mr2.data.sources import InMemoryDataset, SourceSplits, SplitArrays
+
+__all__ = [
+    "DATASETS",
+    "DataBundle",
+    "DataConfig",
+    "DatasetEntry",
+    "DatasetError",
+    "InMemoryDataset",
+    "IndexedDataset",
+    "SourceSplits",
+    "SplitArrays",
+    "build_datasets",
+    "register_dataset",
+]

@@ -1,0 +1,304 @@
+"""The single entry point of the data layer: ``build_datasets(DataConfig) -> DataBundle``.
+
+Steps, for every data set:
+
+1. read the train and test splits from disk (nothing is downloaded unless ``download`` is set);
+2. optionally subsample the training split to a long tail (``imbalance_factor > 1``; the test split
+   stays as it is);
+3. hold a seeded, stratified validation split out of the training split, for model selection (the
+   test split is only for the final report);
+4. wrap each split in an :class:`~mr2.data.indexed.IndexedDataset` whose items are
+   ``(input, target, index)``; the training split is augmented, validation and test are not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mr2.data import errors
+from mr2.data.arrays import load_arrays
+from mr2.data.cifar import load_cifar, long_tailed_indices
+from mr2.data.errors import DatasetError
+from mr2.data.fashion_mnist import load_fashion_mnist
+from mr2.data.fine_grained import FINE_GRAINED, load_fine_grained
+from mr2.data.image_folder import load_image_folder
+from mr2.data.indexed import IndexedDataset
+from mr2.data.sources import InMemoryDataset, SourceSplits
+from mr2.data.splits import stratified_split
+from mr2.data.synthetic import make_synthetic
+from mr2.data.transforms import NORMALIZATION, REGIMES, build_transform
+from mr2.data.validation import check_no_empty_classes
+
+__all__ = [
+    "DATASETS",
+    "DataBundle",
+    "DataConfig",
+    "DatasetEntry",
+    "build_datasets",
+    "register_dataset",
+]
+
+@dataclass
+class DataConfig:
+    """What to load and how to split it.
+
+    Attributes:
+        name: a key of :data:`DATASETS` (``fashion_mnist``, ``cifar10``, ``cifar100``,
+            ``imagenet``, ``image_folder``, ``oxford_pets``, ``stanford_cars``, ``flowers102``,
+            ``food101``, ``fgvc_aircraft``, ``arrays``, ``synthetic``).
+        root: where the files are (a directory; for ``arrays`` the ``.npz`` / ``.pt`` file).
+            ``None``: the data set's default (Fashion-MNIST: the Debian location).
+        val_fraction: share of every training class held out for validation, in ``[0, 1)``.
+        seed: seeds the validation split and the long-tailed subsampling.
+        imbalance_factor: ``n_max / n_min`` of an exponentially long-tailed training split
+            (1: keep the training split as it is).
+        augment: augment the training split with the regime's standard augmentation.
+        image_size: side of the model's input images (default: native size; 224 for ImageNet-like).
+        download: allow torchvision to download missing files (only where internet is allowed).
+        extra: per-data-set options: ``regime`` (``arrays`` / ``image_folder``: one of
+            ``mnist``, ``cifar``, ``imagenet``, ``none``), ``mean`` / ``std`` (normalisation),
+            ``mnist_crop`` (Fashion-MNIST: RandomCrop(28, padding=2)), ``annotation_level``
+            (FGVC-Aircraft), and for ``synthetic``: ``num_classes``, ``dim``, ``train_per_class``,
+            ``test_per_class``, ``spreads``, ``separation``, ``data_seed`` (default 0, independent
+            of ``seed``).
+    """
+
+    name: str
+    root: str | None = None
+    val_fraction: float = 0.1
+    seed: int = 0
+    imbalance_factor: float = 1.0
+    augment: bool = True
+    image_size: int | None = None
+    download: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataBundle:
+    """The three splits and what the engine needs to know about them.
+
+    Every item of ``train``, ``val`` and ``test`` is ``(input, target, index)`` with ``index`` the
+    item's position in its own split (``0..len(train) - 1`` for training).
+
+    Attributes:
+        train: the training split (augmented).
+        val: validation split held out of the training data (not augmented; may be empty when
+            ``val_fraction`` is 0).
+        test: the test split (not augmented), for the final report only.
+        num_classes: K.
+        class_names: one name per class id.
+        train_class_counts: int64 [K], training samples per class.
+        input_shape: shape of one transformed input (e.g. ``(1, 28, 28)``, ``(3, 32, 32)``,
+            ``(3, 224, 224)`` or ``(d,)``).
+        regime: the transform regime used (``mnist``, ``cifar``, ``imagenet`` or ``none``).
+        source: where the data came from.
+    """
+
+    train: IndexedDataset
+    val: IndexedDataset
+    test: IndexedDataset
+    num_classes: int
+    class_names: list[str]
+    train_class_counts: torch.Tensor
+    input_shape: tuple[int, ...]
+    regime: str
+    source: str
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """How to read one named data set.
+
+    Attributes:
+        load: ``load(config) -> SourceSplits``.
+        regime: default transform regime.
+        normalization: key of :data:`~mr2.data.transforms.NORMALIZATION` (None: the regime's).
+        regime_configurable: whether ``extra["regime"]`` may override ``regime``.
+    """
+
+    load: Callable[[DataConfig], SourceSplits]
+    regime: str
+    normalization: str | None = None
+    regime_configurable: bool = False
+
+
+def _require_root(config: DataConfig, what: str) -> str:
+    if config.root is None:
+        raise DatasetError(errors.ROOT_REQUIRED.format(name=config.name, what=what))
+    return config.root
+
+
+def _fashion_mnist(config: DataConfig) -> SourceSplits:
+    return load_fashion_mnist(config.root, download=config.download).to_sources()
+
+
+def _cifar(num_classes: int) -> Callable[[DataConfig], SourceSplits]:
+    def load(config: DataConfig) -> SourceSplits:
+        folder = "cifar-10-batches-py" if num_classes == 10 else "cifar-100-python"
+        root = _require_root(config, f"the directory holding {folder}/")
+        return load_cifar(root, num_classes, download=config.download).to_sources()
+
+    return load
+
+
+def _image_folder(config: DataConfig) -> SourceSplits:
+    return load_image_folder(_require_root(config, "the directory holding train/ and val/"))
+
+
+def _fine_grained(name: str) -> Callable[[DataConfig], SourceSplits]:
+    def load(config: DataConfig) -> SourceSplits:
+        root = _require_root(config, f"the directory holding {FINE_GRAINED[name].folder}/")
+        return load_fine_grained(name, root, download=config.download, options=config.extra)
+
+    return load
+
+
+def _arrays(config: DataConfig) -> SourceSplits:
+    data = load_arrays(_require_root(config, "the .npz or .pt file"))
+    if config.extra.get("regime", "none") == "none":
+        data.x_train = data.x_train.to(torch.float32)
+        data.x_test = data.x_test.to(torch.float32)
+    return data.to_sources()
+
+
+_SYNTHETIC_OPTIONS = (
+    "num_classes",
+    "dim",
+    "train_per_class",
+    "test_per_class",
+    "spreads",
+    "separation",
+)
+
+
+def _synthetic(config: DataConfig) -> SourceSplits:
+    options = {key: config.extra[key] for key in _SYNTHETIC_OPTIONS if key in config.extra}
+    data = make_synthetic(**options, seed=int(config.extra.get("data_seed", 0)))
+    return data.to_sources()
+
+
+#: Name -> how to read it. Add your own with :func:`register_dataset`.
+DATASETS: dict[str, DatasetEntry] = {
+    "fashion_mnist": DatasetEntry(_fashion_mnist, "mnist", "fashion_mnist"),
+    "cifar10": DatasetEntry(_cifar(10), "cifar", "cifar10"),
+    "cifar100": DatasetEntry(_cifar(100), "cifar", "cifar100"),
+    "imagenet": DatasetEntry(_image_folder, "imagenet", "imagenet"),
+    "image_folder": DatasetEntry(_image_folder, "imagenet", None, regime_configurable=True),
+    **{name: DatasetEntry(_fine_grained(name), "imagenet", "imagenet") for name in FINE_GRAINED},
+    "arrays": DatasetEntry(_arrays, "none", None, regime_configurable=True),
+    "synthetic": DatasetEntry(_synthetic, "none"),
+}
+
+
+def register_dataset(name: str, entry: DatasetEntry) -> None:
+    """Make ``build_datasets`` know a new data set name (replacing any entry of that name)."""
+    DATASETS[name] = entry
+
+
+def _input_shape(
+    splits: SourceSplits, regime: str, image_size: int | None, transform: Callable[[Any], Any] | None
+) -> tuple[int, ...]:
+    if regime == "imagenet":
+        size = 224 if image_size is None else image_size
+        return (3, size, size)
+    if isinstance(splits.train, InMemoryDataset):
+        shape = tuple(splits.train.inputs.shape[1:])
+        if regime != "none" and image_size is not None:
+            shape = (*shape[:-2], image_size, image_size)
+        return shape
+    # A source of unknown shape: transform one sample (decodes a single image).
+    sample = splits.train[0][0]
+    if transform is not None:
+        sample = transform(sample)
+    return tuple(sample.shape)
+
+
+def build_datasets(config: DataConfig) -> DataBundle:
+    """Read a data set and return its train / validation / test splits.
+
+    Args:
+        config: what to load (see :class:`DataConfig`).
+
+    Returns:
+        The splits and their metadata.
+
+    Raises:
+        DatasetError: unknown name, missing root, or missing / corrupt / inconsistent files (the
+            message names the file and the fix).
+        ValueError: ``val_fraction`` outside ``[0, 1)``, ``imbalance_factor < 1`` or an unknown
+            regime.
+
+    Example:
+        >>> bundle = build_datasets(DataConfig(
+        ...     "synthetic", extra={"num_classes": 3, "dim": 4, "train_per_class": 10}))
+        >>> len(bundle.train), len(bundle.val), bundle.train_class_counts.tolist()
+        (27, 3, [9, 9, 9])
+        >>> inputs, target, index = bundle.train[5]
+        >>> inputs.shape, target, index
+        (torch.Size([4]), 0, 5)
+    """
+    entry = DATASETS.get(config.name)
+    if entry is None:
+        raise DatasetError(
+            errors.UNKNOWN_DATASET.format(name=config.name, choices=", ".join(sorted(DATASETS)))
+        )
+    if not 0.0 <= config.val_fraction < 1.0:
+        raise ValueError(f"val_fraction must lie in [0, 1), got {config.val_fraction}")
+    regime = config.extra.get("regime", entry.regime) if entry.regime_configurable else entry.regime
+    if regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}; choose one of {REGIMES}")
+    splits = entry.load(config)
+    num_classes = splits.num_classes
+
+    pool = torch.arange(splits.train_targets.numel())
+    if config.imbalance_factor != 1.0:
+        pool = long_tailed_indices(
+            splits.train_targets, config.imbalance_factor, config.seed, num_classes
+        )
+        check_no_empty_classes(
+            Path(splits.source), splits.train_targets[pool], num_classes, splits.class_names
+        )
+    train_pos, val_pos = stratified_split(
+        splits.train_targets[pool], config.val_fraction, config.seed, num_classes
+    )
+    train_indices, val_indices = pool[train_pos], pool[val_pos]
+
+    mean, std = NORMALIZATION.get(entry.normalization or "", (None, None))
+    transform_options: dict[str, Any] = {
+        "augment": config.augment,
+        "image_size": config.image_size,
+        "mean": config.extra.get("mean", mean),
+        "std": config.extra.get("std", std),
+        "mnist_crop": bool(config.extra.get("mnist_crop", False)),
+    }
+    train_transform = build_transform(regime, train=True, **transform_options)
+    eval_transform = build_transform(regime, train=False, **transform_options)
+    # In-memory tensors with a deterministic transform are transformed once, not per item.
+    in_memory = regime in ("mnist", "cifar", "none")
+    train = IndexedDataset(
+        splits.train, splits.train_targets, train_indices, train_transform,
+        precompute=in_memory and not config.augment,
+    )
+    val = IndexedDataset(
+        splits.train, splits.train_targets, val_indices, eval_transform, precompute=in_memory
+    )
+    test = IndexedDataset(
+        splits.test, splits.test_targets, None, eval_transform, precompute=in_memory
+    )
+    return DataBundle(
+        train=train,
+        val=val,
+        test=test,
+        num_classes=num_classes,
+        class_names=list(splits.class_names),
+        train_class_counts=train.class_counts(num_classes),
+        input_shape=_input_shape(splits, regime, config.image_size, eval_transform),
+        regime=regime,
+        source=splits.source,
+    )

@@ -1,0 +1,202 @@
+"""One training epoch and one evaluation pass (explicit objects, no global state)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mr2 import distributed
+from mr2.methods.base import TrainingMethod
+from mr2.report.confusion import confusion_matrix
+from mr2.report.margins import logit_margins, per_class_margin_summary
+
+__all__ = ["EpochResult", "EvalResult", "StepSetup", "evaluate", "train_one_epoch"]
+
+
+@dataclass
+class StepSetup:
+    """How a training step runs.
+
+    Attributes:
+        device: where tensors go.
+        amp_dtype: None (float32), torch.bfloat16 or torch.float16 for autocast.
+        scaler: a GradScaler for float16, else None.
+        grad_clip: max global gradient norm, or None.
+        log_every: steps between host syncs for the progress display.
+        process_group: torch.distributed group (gradients of the method's own parameters are
+            averaged over it; the model's are averaged by DistributedDataParallel).
+    """
+
+    device: torch.device
+    amp_dtype: torch.dtype | None = None
+    scaler: torch.amp.GradScaler | None = None
+    grad_clip: float | None = None
+    log_every: int = 50
+    process_group: Any = None
+
+
+@dataclass
+class EpochResult:
+    loss: float
+    accuracy: float
+    samples: int
+    seconds: float
+    values: dict[str, float]
+
+
+def _autocast(setup: StepSetup) -> contextlib.AbstractContextManager[Any]:
+    if setup.amp_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=setup.device.type, dtype=setup.amp_dtype)
+
+
+def _average_method_gradients(method: nn.Module, group: Any) -> None:
+    """Average the gradients of the method's own parameters (e.g. LfF's biased model) over ranks."""
+    grads = [p.grad for p in method.parameters() if p.grad is not None]
+    if not grads or not distributed.is_distributed(group):
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    distributed.all_reduce_sum_(flat, group).div_(distributed.world_size(group))
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def train_one_epoch(
+    model: nn.Module,
+    method: TrainingMethod,
+    loader: Iterable[Any],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    setup: StepSetup,
+    *,
+    progress: Callable[[int, dict[str, float]], None] | None = None,
+) -> EpochResult:
+    """Train ``model`` for one pass over ``loader`` (items ``(inputs, target, index)``).
+
+    The AMP order is scale, backward, unscale, clip, step. Loss and accuracy are accumulated on the
+    device and read on the host only every ``setup.log_every`` steps and at the end.
+    """
+    model.train()
+    method.train()
+    device = setup.device
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), device=device, dtype=torch.long)
+    samples = 0
+    start = time.perf_counter()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for step, (inputs, target, index) in enumerate(loader):
+        inputs = inputs.to(device, non_blocking=True)
+        target = target.to(device, non_blocking=True)
+        index = index.to(device, non_blocking=True)
+        method.on_batch(inputs, target, index)
+        with _autocast(setup):
+            logits, features = model(inputs)
+            loss = method(logits, features, target)
+        optimizer.zero_grad(set_to_none=True)
+        if setup.scaler is not None:
+            setup.scaler.scale(loss).backward()
+            setup.scaler.unscale_(optimizer)
+        else:
+            loss.backward()
+        _average_method_gradients(method, setup.process_group)
+        if setup.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, setup.grad_clip)
+        if setup.scaler is not None:
+            setup.scaler.step(optimizer)
+            setup.scaler.update()
+        else:
+            optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        loss_sum += loss.detach() * target.shape[0]
+        correct += (logits.detach().argmax(dim=1) == target).sum()
+        samples += target.shape[0]
+        if progress is not None and (step + 1) % setup.log_every == 0:
+            progress(step + 1, {"loss": float(loss_sum) / samples, "acc": float(correct) / samples})
+    totals = torch.stack([loss_sum, correct.to(loss_sum.dtype), torch.tensor(float(samples), device=device)])
+    distributed.all_reduce_sum_(totals, setup.process_group)
+    values = {k: float(v) for k, v in method.log_values().items()}
+    n = max(float(totals[2]), 1.0)
+    return EpochResult(
+        float(totals[0]) / n, float(totals[1]) / n, int(totals[2]), time.perf_counter() - start, values
+    )
+
+
+@dataclass
+class EvalResult:
+    """Evaluation of one split, summed over ranks.
+
+    Attributes:
+        confusion: [K, K] int64, rows true class, columns prediction.
+        margins: [N] logit margin of every sample (true logit - largest other logit).
+        targets: [N] their classes.
+    """
+
+    confusion: torch.Tensor
+    margins: torch.Tensor
+    targets: torch.Tensor
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.confusion.sum())
+
+    @property
+    def overall_accuracy(self) -> float:
+        return float(self.confusion.diagonal().sum()) / max(self.num_samples, 1)
+
+    def per_class_accuracy(self) -> torch.Tensor:
+        """[K] recall; NaN for classes without samples."""
+        support = self.confusion.sum(1).double()
+        return self.confusion.diagonal().double() / support.where(support > 0, torch.nan)
+
+    def margin_summary(self, num_classes: int) -> dict[str, list[float]]:
+        """Per-class mean and median logit margin (NaN for classes without samples)."""
+        mean, median = per_class_margin_summary(self.margins, self.targets, num_classes)
+        return {"mean": mean.tolist(), "median": median.tolist()}
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable[Any],
+    num_classes: int,
+    device: torch.device,
+    *,
+    amp_dtype: torch.dtype | None = None,
+    process_group: Any = None,
+) -> EvalResult:
+    """Confusion matrix and logit margins of ``model`` over ``loader``, summed over ranks.
+
+    Each rank must see a disjoint shard of the split (see :func:`~mr2.engine.samplers.shard_for_eval`):
+    nothing is padded, so no sample is counted twice.
+    """
+    model.eval()
+    confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
+    margins, targets = [], []
+    for batch in loader:
+        inputs, target = batch[0].to(device), batch[1].to(device)
+        ctx = (
+            torch.autocast(device_type=device.type, dtype=amp_dtype)
+            if amp_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with ctx:
+            logits, _ = model(inputs)
+        logits = logits.float()
+        confusion += confusion_matrix(logits, target, num_classes)
+        margins.append(logit_margins(logits, target))
+        targets.append(target)
+    distributed.all_reduce_sum_(confusion, process_group)
+    local_margins = torch.cat(margins) if margins else torch.zeros(0, device=device)
+    local_targets = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long, device=device)
+    all_margins, _ = distributed.all_gather_variable(local_margins, process_group)
+    all_targets, _ = distributed.all_gather_variable(local_targets, process_group)
+    return EvalResult(confusion.cpu(), all_margins.cpu(), all_targets.cpu())

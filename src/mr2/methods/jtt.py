@@ -1,0 +1,220 @@
+"""JTT (Just Train Twice, Liu et al., ICML 2021) with the classes as the groups."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from mr2 import distributed
+from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.functional.baselines import jtt_upsampled_indices
+from mr2.methods.base import MethodContext, TrainingMethod
+from mr2.methods.registry import register_method
+
+__all__ = ["EMPTY_ERROR_SET", "JTT", "EmptyErrorSetError"]
+
+ErrorSource = Literal["train_mode", "eval_pass"]
+
+EMPTY_ERROR_SET = (
+    "JTT: the stage-1 model (after {epochs} epoch(s), {source} predictions) misclassified none of the "
+    "{seen} training samples it was checked on, so stage 2 would just train ERM again. Use a smaller "
+    "stage1_epochs: an earlier, less fitted model."
+)
+BAD_STAGE1 = (
+    "stage1_epochs must be an integer >= 1 and smaller than the number of epochs ({epochs}), so that "
+    "stage 2 has at least one epoch; got {value!r}."
+)
+BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
+BAD_SOURCE = "error_source must be 'train_mode' (the reference) or 'eval_pass'; got {value!r}."
+NO_PREDICTOR = (
+    "JTT with error_source='eval_pass' needs context.predict_train_set (the engine's eval pass over "
+    "the training set); it is None."
+)
+NO_INDEX = (
+    "JTT.forward was called in training mode during the recording epoch without a preceding "
+    "on_batch(inputs, target, index): the engine must call method.on_batch on every training batch."
+)
+STAGE2_BEFORE_FREEZE = (
+    "JTT.epoch_indices({epoch}) asked for a stage-2 epoch before the error set was recorded (it is "
+    "recorded at the end of epoch {last}); the checkpoint or the epoch order is inconsistent."
+)
+
+
+class EmptyErrorSetError(RuntimeError):
+    """JTT's first stage misclassified no training sample (see :data:`EMPTY_ERROR_SET`)."""
+
+
+@register_method("jtt")
+class JTT(TrainingMethod):
+    r"""Train ERM for T epochs, record its training errors E, retrain from scratch on D plus E upsampled.
+
+    Stage 1 (epochs ``0 .. T-1``) is cross-entropy. Its error set is
+
+    .. math::
+        E = \{ i : \arg\max_k f_{T}(x_i)_k \ne y_i \}
+
+    where ``f_T`` is, with ``error_source="train_mode"`` (default, as anniesch/jtt), the
+    training-mode prediction of each sample during epoch ``T-1`` (logits of the batch forward, before
+    that batch's optimizer step, with training augmentation); with ``"eval_pass"``, the model after
+    epoch ``T-1`` evaluated in eval mode on the whole training set (``context.predict_train_set``).
+    After epoch ``T-1`` the method asks the engine for a fresh model, optimizer and scheduler
+    (:meth:`wants_model_reset`), and stage 2 (epochs ``T .. epochs-1``) trains cross-entropy on
+
+    .. math::
+        D_{up} = D \cup \lambda_{up} \times E
+
+    (each error index appears ``1 + lambda_up`` times per epoch, shuffled by :meth:`epoch_indices`).
+    An empty ``E`` raises :class:`EmptyErrorSetError` instead of silently training ERM twice.
+
+    State (``state_dict``): ``errors`` (bool [N], the frozen set after stage 1), ``checked`` (bool
+    [N], samples whose stage-1 prediction was recorded) and ``frozen`` (bool). Under
+    ``torch.distributed`` the per-rank records are summed over ranks before freezing, so all ranks
+    hold the same set (a sample predicted on several ranks, e.g. a sampler's padding, is an error if
+    any of its predictions is wrong).
+
+    Args:
+        num_classes: K.
+        stage1_epochs: T; default (None): ``max(1, round(0.2 * epochs))``.
+        lambda_up: upsampling factor (default 20, the smallest value of the reference's own sweep).
+        error_source: ``"train_mode"`` or ``"eval_pass"``.
+    """
+
+    errors: torch.Tensor
+    checked: torch.Tensor
+    frozen: torch.Tensor
+    wrong_count: torch.Tensor
+    seen_count: torch.Tensor
+
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        stage1_epochs: int | None = None,
+        lambda_up: int = 20,
+        error_source: ErrorSource = "train_mode",
+    ) -> None:
+        super().__init__()
+        self.num_classes = check_num_classes(num_classes)
+        if isinstance(lambda_up, bool) or not isinstance(lambda_up, int) or lambda_up < 0:
+            raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
+        if error_source not in ("train_mode", "eval_pass"):
+            raise MR2InputError(BAD_SOURCE.format(value=error_source))
+        if stage1_epochs is not None and (
+            isinstance(stage1_epochs, bool) or not isinstance(stage1_epochs, int) or stage1_epochs < 1
+        ):
+            raise MR2InputError(BAD_STAGE1.format(epochs="?", value=stage1_epochs))
+        self.requested_stage1_epochs = stage1_epochs
+        self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
+        self.lambda_up = lambda_up
+        self.error_source: ErrorSource = error_source
+        self.register_buffer("errors", torch.zeros(0, dtype=torch.bool))
+        self.register_buffer("checked", torch.zeros(0, dtype=torch.bool))
+        self.register_buffer("frozen", torch.zeros((), dtype=torch.bool))
+        # Recording counters of the current stage-1 epoch (not checkpointed: reset at its start).
+        self.register_buffer("wrong_count", torch.zeros(0, dtype=torch.int32), persistent=False)
+        self.register_buffer("seen_count", torch.zeros(0, dtype=torch.int32), persistent=False)
+        self._group: Any = None
+        self._predict: Any = None
+        self._epoch = 0
+        self._index: torch.Tensor | None = None
+        self._last: dict[str, torch.Tensor] = {}
+
+    def setup(self, context: MethodContext) -> None:
+        epochs = context.epochs
+        t = self.requested_stage1_epochs
+        if t is None:
+            t = max(1, round(0.2 * epochs))
+        if t >= epochs:
+            raise MR2InputError(BAD_STAGE1.format(epochs=epochs, value=t))
+        if self.error_source == "eval_pass" and context.predict_train_set is None:
+            raise MR2InputError(NO_PREDICTOR)
+        self.stage1_epochs = t
+        n = context.num_train_samples
+        self.errors = torch.zeros(n, dtype=torch.bool, device=context.device)
+        self.checked = torch.zeros(n, dtype=torch.bool, device=context.device)
+        self.frozen = torch.zeros((), dtype=torch.bool, device=context.device)
+        self.wrong_count = torch.zeros(n, dtype=torch.int32, device=context.device)
+        self.seen_count = torch.zeros(n, dtype=torch.int32, device=context.device)
+        self._group = context.process_group
+        self._predict = context.predict_train_set
+
+    # -- stage bookkeeping ---------------------------------------------------------------------
+
+    @property
+    def recording_epoch(self) -> int:
+        """The epoch (0-based) whose predictions define the error set: ``T - 1``."""
+        return self.stage1_epochs - 1
+
+    def on_epoch_start(self, epoch: int) -> None:
+        self._epoch = epoch
+        if epoch == self.recording_epoch and self.error_source == "train_mode":
+            self.wrong_count.zero_()
+            self.seen_count.zero_()
+
+    def on_batch(self, inputs: torch.Tensor, target: torch.Tensor, index: torch.Tensor) -> None:
+        if self.training:
+            self._index = index.to(device=self.errors.device, dtype=torch.long)
+
+    def forward(
+        self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
+    ) -> torch.Tensor:
+        check_classification_inputs(logits, None, target, self.num_classes)
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        loss = F.cross_entropy(logits.to(dtype), target)
+        if self.training and self.error_source == "train_mode" and self._epoch == self.recording_epoch:
+            if self._index is None:
+                raise MR2InputError(NO_INDEX)
+            with torch.no_grad():
+                wrong = (logits.detach().argmax(dim=1) != target).to(torch.int32)
+                self.wrong_count.index_add_(0, self._index, wrong)
+                self.seen_count.index_add_(0, self._index, torch.ones_like(wrong))
+        self._index = None
+        self._last = {"loss": loss.detach()}
+        return loss
+
+    def on_epoch_end(self, epoch: int) -> None:
+        if epoch != self.recording_epoch or bool(self.frozen):
+            return
+        if self.error_source == "eval_pass":
+            predicted, target = self._predict()
+            errors = predicted.to(self.errors.device) != target.to(self.errors.device)
+            checked = torch.ones_like(errors)
+        else:
+            counts = torch.stack([self.wrong_count, self.seen_count])
+            distributed.all_reduce_sum_(counts, self._group)
+            errors, checked = counts[0] > 0, counts[1] > 0
+        self.errors.copy_(errors)
+        self.checked.copy_(checked)
+        self.frozen.fill_(True)
+        if not bool(errors.any()):
+            raise EmptyErrorSetError(
+                EMPTY_ERROR_SET.format(
+                    epochs=self.stage1_epochs,
+                    source=self.error_source.replace("_", "-"),
+                    seen=int(checked.sum()),
+                )
+            )
+
+    def wants_model_reset(self) -> bool:
+        """True from the end of stage 1 on (the engine resets once); reads one flag (host sync)."""
+        return bool(self.frozen)
+
+    def epoch_indices(self, epoch: int, generator: torch.Generator) -> torch.Tensor | None:
+        """Stage 2: the shuffled upsampled index list (same on every rank for the same generator)."""
+        if epoch < self.stage1_epochs:
+            return None
+        if not bool(self.frozen):
+            raise MR2InputError(STAGE2_BEFORE_FREEZE.format(epoch=epoch, last=self.recording_epoch))
+        error_index = self.errors.nonzero().squeeze(1).cpu()
+        indices = jtt_upsampled_indices(self.errors.numel(), error_index, self.lambda_up)
+        return indices[torch.randperm(indices.numel(), generator=generator)]
+
+    def error_indices(self) -> torch.Tensor:
+        """Indices of the frozen error set (empty before it is recorded)."""
+        return self.errors.nonzero().squeeze(1)
+
+    def log_values(self) -> dict[str, torch.Tensor]:
+        """The loss and the size of the frozen error set (0 until it is recorded)."""
+        return {**self._last, "error_set_size": self.errors.sum()}

@@ -1,0 +1,200 @@
+"""Build any model of mr2 from a typed config: ``build_model(ModelConfig(...), num_classes, input_shape)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from mr2.models.classifier import BackboneClassifier
+from mr2.models.linear_probe import LinearHead
+from mr2.models.mlp import MLP
+from mr2.models.resnet_cifar import resnet32, wrn28_10
+from mr2.models.small_cnn import SmallCNN
+from mr2.models.timm_models import build_timm_model
+from mr2.models.torchvision_models import build_torchvision_model
+from mr2.models.weights import WEIGHTS_AND_PRETRAINED, load_state_dict_file
+
+__all__ = ["MODEL_NAMES", "ModelConfig", "build_model", "feature_dim_of"]
+
+TIMM_PREFIX = "timm:"
+TORCHVISION_PREFIX = "torchvision:"
+#: Names accepted by :func:`build_model`, besides ``timm:<name>`` and ``torchvision:<name>``.
+MODEL_NAMES = ("small_cnn", "mlp", "resnet32", "wrn28_10", "resnet50", "vit_b_16", "linear")
+
+UNKNOWN_MODEL = (
+    "unknown model {name!r}; valid names: {names}, 'timm:<timm model name>' (e.g. "
+    "'timm:vit_base_patch16_224.mae') or 'torchvision:<name>' (e.g. 'torchvision:resnet18')"
+)
+BAD_INPUT_SHAPE = "model {name!r} expects input_shape {expected}, got {shape}"
+NO_HUB_WEIGHTS = "model {name!r} has no downloadable pretrained weights; pass weights=<local file> instead"
+NO_FEATURE_DIM = (
+    "cannot tell the feature dimension of {model}: it has no 'feature_dim' attribute and no nn.Linear layer"
+)
+
+
+@dataclass
+class ModelConfig:
+    """Which model to build and where its weights come from.
+
+    Attributes:
+        name: ``small_cnn``, ``mlp``, ``resnet32``, ``wrn28_10``, ``resnet50``, ``vit_b_16``,
+            ``linear`` (a head on cached features), ``timm:<name>`` or ``torchvision:<name>``.
+        weights: local weights file (state_dict or checkpoint; read with ``weights_only=True``).
+        pretrained: download the library's weights from the hub (timm / torchvision models only;
+            never implicit).
+        freeze_backbone: train only the head (linear probing on the full model: the backbone is
+            frozen, in eval mode and run without autograd).
+        options: keyword arguments of the model's constructor (``{"shortcut": "B"}`` for
+            resnet32, ``{"dropout": 0.3}`` for wrn28_10, ``{"img_size": 224}`` for timm ViTs, ...).
+        weights_key_prefix: use only the keys of ``weights`` under this prefix, prefix removed
+            (``"encoder_q."`` for a MoCo v2 checkpoint, ``"backbone."``, ...).
+        load_head: also load the classifier from ``weights`` (its shape must match); by default
+            the head is freshly initialised for the task's classes.
+    """
+
+    name: str
+    weights: str | None = None
+    pretrained: bool = False
+    freeze_backbone: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    weights_key_prefix: str | None = None
+    load_head: bool = False
+
+
+def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
+    if len(input_shape) != 3:
+        raise ValueError(BAD_INPUT_SHAPE.format(name=name, expected="(C, H, W)", shape=tuple(input_shape)))
+    channels, height, width = (int(n) for n in input_shape)
+    return channels, height, width
+
+
+def _small_cnn(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
+    channels, height, width = _image_shape("small_cnn", input_shape)
+    return SmallCNN(num_classes, in_channels=channels, image_size=(height, width), **options)
+
+
+def _mlp(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
+    return MLP(num_classes, input_shape=tuple(input_shape), **options)
+
+
+def _resnet32(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
+    channels, _, _ = _image_shape("resnet32", input_shape)
+    return resnet32(num_classes, in_channels=channels, **options)
+
+
+def _wrn28_10(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
+    channels, _, _ = _image_shape("wrn28_10", input_shape)
+    return wrn28_10(num_classes, in_channels=channels, **options)
+
+
+def _linear(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
+    if len(input_shape) != 1:
+        raise ValueError(BAD_INPUT_SHAPE.format(name="linear", expected="(d,)", shape=tuple(input_shape)))
+    return LinearHead(int(input_shape[0]), num_classes, **options)
+
+
+_OWN_BUILDERS: dict[str, Callable[[int, Sequence[int], dict[str, Any]], nn.Module]] = {
+    "small_cnn": _small_cnn,
+    "mlp": _mlp,
+    "resnet32": _resnet32,
+    "wrn28_10": _wrn28_10,
+    "linear": _linear,
+}
+_TORCHVISION_NAMES = ("resnet50", "vit_b_16")
+
+
+def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, ...]) -> BackboneClassifier:
+    """Build the model named by ``config``; its ``forward(x)`` returns ``(logits, features)``.
+
+    Args:
+        config: the model's name, weights and options.
+        num_classes: K, the number of logits.
+        input_shape: shape of ONE input: ``(C, H, W)`` for images, ``(d,)`` for cached features.
+
+    Returns:
+        A :class:`~mr2.models.classifier.BackboneClassifier`: ``feature_dim``, ``num_classes``,
+        ``backbone``, ``classifier`` (the final ``nn.Linear``) and ``forward_features``.
+
+    Raises:
+        ValueError: unknown name (listing the valid ones), an input shape the model cannot take,
+            or both ``weights`` and ``pretrained``.
+        mr2.models.weights.WeightsMismatchError: weights that do not fit, naming the keys.
+
+    Example:
+        >>> model = build_model(ModelConfig("resnet32"), num_classes=100, input_shape=(3, 32, 32))
+        >>> model.feature_dim, model.num_classes
+        (64, 100)
+        >>> build_model(ModelConfig("linear"), num_classes=10, input_shape=(640,)).classifier
+        Linear(in_features=640, out_features=10, bias=True)
+    """
+    name = config.name
+    options = dict(config.options)
+    if config.weights is not None and config.pretrained:
+        raise ValueError(WEIGHTS_AND_PRETRAINED)
+    model: BackboneClassifier
+    if name in _OWN_BUILDERS:
+        if config.pretrained:
+            raise ValueError(NO_HUB_WEIGHTS.format(name=name))
+        built = _OWN_BUILDERS[name](num_classes, input_shape, options)
+        assert isinstance(built, BackboneClassifier)
+        model = built
+        if config.weights is not None:
+            state_dict = load_state_dict_file(config.weights, key_prefix=config.weights_key_prefix)
+            model.load_weights(state_dict, load_head=config.load_head, source=config.weights)
+    elif name in _TORCHVISION_NAMES or name.startswith(TORCHVISION_PREFIX):
+        model = build_torchvision_model(
+            name.removeprefix(TORCHVISION_PREFIX),
+            num_classes,
+            input_shape,
+            weights=config.weights,
+            pretrained=config.pretrained,
+            load_head=config.load_head,
+            weights_key_prefix=config.weights_key_prefix,
+            **options,
+        )
+    elif name.startswith(TIMM_PREFIX):
+        model = build_timm_model(
+            name.removeprefix(TIMM_PREFIX),
+            num_classes,
+            input_shape,
+            weights=config.weights,
+            pretrained=config.pretrained,
+            load_head=config.load_head,
+            weights_key_prefix=config.weights_key_prefix,
+            **options,
+        )
+    else:
+        raise ValueError(UNKNOWN_MODEL.format(name=name, names=", ".join(MODEL_NAMES)))
+    if config.freeze_backbone:
+        model.freeze_backbone()
+    return model
+
+
+def feature_dim_of(model: nn.Module) -> int:
+    """Width d of the features a model returns.
+
+    Its ``feature_dim`` attribute when it has one (every model of :func:`build_model`), else the
+    input width of its last ``nn.Linear`` in registration order (e.g. a wrapped torchvision model).
+
+    Raises:
+        ValueError: if neither exists.
+
+    Example:
+        >>> feature_dim_of(build_model(ModelConfig("small_cnn"), 10, (1, 28, 28)))
+        256
+        >>> feature_dim_of(nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 3)))
+        5
+    """
+    dim = getattr(model, "feature_dim", None)
+    if isinstance(dim, int):
+        return dim
+    last = None
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            last = module
+    if last is None:
+        raise ValueError(NO_FEATURE_DIM.format(model=type(model).__name__))
+    return last.in_features

@@ -1,0 +1,84 @@
+"""The plots are written as non-empty PNG and SVG files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mr2.report import plots
+from mr2.report.diagnostics import training_evolution
+from mr2.report.exceptions import ReportError
+from mr2.report.tiers import TierSplit
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_written(paths: list[Path], stem: Path) -> None:
+    assert paths == [stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")]
+    png, svg = (p.read_bytes() for p in paths)
+    assert png.startswith(PNG_SIGNATURE) and len(png) > 5000
+    assert b"<svg" in svg[:1000] and len(svg) > 5000
+    # Nothing left behind by the atomic writes.
+    assert sorted(p.name for p in stem.parent.iterdir() if p.name.startswith(".")) == []
+
+
+def test_sorted_accuracy(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    curves = {"erm": rng.uniform(0, 1, 50), "mr2": np.append(rng.uniform(0, 1, 49), np.nan)}
+    stem = tmp_path / "plots" / "sorted"
+    check_written(plots.plot_sorted_accuracy(curves, stem), stem)
+
+
+def test_accuracy_change_with_tiers(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    reference = rng.uniform(0, 1, 30)
+    tiers = TierSplit.from_accuracy(reference, 3)
+    stem = tmp_path / "change"
+    paths = plots.plot_accuracy_change(
+        reference,
+        {"mr2": reference + rng.normal(0, 0.05, 30), "jtt": reference + 0.01},
+        stem,
+        reference_name="erm",
+        tiers=tiers,
+    )
+    check_written(paths, stem)
+
+
+def test_statistic_vs_accuracy(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    stem = tmp_path / "gamma"
+    paths = plots.plot_statistic_vs_accuracy(
+        rng.uniform(0.5, 1.5, 20), rng.uniform(0, 1, 20), stem, title="mr2-seed0"
+    )
+    check_written(paths, stem)
+
+
+def test_tier_bars(tmp_path: Path) -> None:
+    stem = tmp_path / "bars"
+    paths = plots.plot_tier_bars(
+        {"erm": [0.85, 0.71, 0.57], "mr2": [0.85, 0.72, 0.59]},
+        {"erm": [0.01, 0.02, np.nan], "mr2": [0.01, 0.01, 0.02]},
+        ("easy", "medium", "hard"),
+        stem,
+    )
+    check_written(paths, stem)
+
+
+def test_training_evolution(tmp_path: Path) -> None:
+    records = [
+        {"epoch": e, "temperatures": [1.0 + 0.1 * e, 1.0, 0.9 - 0.05 * e, 1.1]} for e in range(5)
+    ]
+    accuracy = np.array([0.9, 0.7, 0.5, 0.3])
+    evolution = training_evolution(records, accuracy, TierSplit.from_accuracy(accuracy, 2))
+    assert evolution is not None
+    stem = tmp_path / "evolution"
+    check_written(plots.plot_training_evolution(evolution, stem), stem)
+
+
+def test_bad_curves_are_explained(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="nothing to plot"):
+        plots.plot_sorted_accuracy({}, tmp_path / "x")
+    with pytest.raises(ReportError, match="curve 'mr2' has"):
+        plots.plot_accuracy_change([0.1, 0.2], {"mr2": [0.1]}, tmp_path / "x")

@@ -1,0 +1,141 @@
+"""Reading run directories, with a clear error for every broken case."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mr2.report import run_dir as run_dir_module
+from mr2.report.exceptions import RunDirectoryError
+from mr2.report.run_dir import load_run, load_runs
+
+CONFUSION = np.array([[8, 2, 0], [1, 9, 0], [0, 3, 7]])
+
+
+def test_reads_a_run(tmp_path: Path, make_run: Callable[..., Path]) -> None:
+    path = make_run(
+        tmp_path / "run",
+        method="mr2",
+        seed=3,
+        confusion=CONFUSION,
+        class_names=["a", "b", "c"],
+        statistics={"spread": [1.0, None, 2.0], "temperatures": [1.0, 1.1, 0.9]},
+        metrics=[{"epoch": 0, "train_loss": 1.0}],
+    )
+    run = load_run(path)
+    assert (run.name, run.method, run.seed, run.dataset) == ("mr2-seed3", "mr2", 3, "toy")
+    np.testing.assert_array_equal(run.confusion, CONFUSION)
+    assert run.class_names == ["a", "b", "c"]
+    assert run.class_statistics is not None
+    assert np.isnan(run.class_statistics["spread"][1])
+    assert run.metrics == [{"epoch": 0, "train_loss": 1.0}]
+    assert run.config == {"method": "mr2", "seed": 3, "dataset": "toy"}
+
+
+def expect(error: pytest.ExceptionInfo[RunDirectoryError], template: str, **fields: object) -> None:
+    assert str(error.value) == template.format(**fields)
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(RunDirectoryError) as info:
+        load_run(tmp_path / "nope")
+    expect(info, run_dir_module.RUN_DIR_NOT_FOUND, path=tmp_path / "nope")
+
+
+def test_file_instead_of_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunDirectoryError) as info:
+        load_run(tmp_path / "file")
+    expect(info, run_dir_module.RUN_DIR_NOT_A_DIRECTORY, path=tmp_path / "file")
+
+
+def test_unfinished_run(tmp_path: Path) -> None:
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "config.yaml").write_text("method: erm\n")
+    with pytest.raises(RunDirectoryError) as info:
+        load_run(path)
+    expect(info, run_dir_module.RUN_UNFINISHED, path=path)
+    (path / "config.yaml").unlink()
+    with pytest.raises(RunDirectoryError) as info:
+        load_run(path)
+    expect(info, run_dir_module.CONFIG_MISSING, path=path)
+
+
+def test_half_written_final(tmp_path: Path, make_run: Callable[..., Path]) -> None:
+    path = make_run(tmp_path / "run", method="erm", seed=0, confusion=CONFUSION)
+    text = (path / "final.json").read_text()
+    (path / "final.json").write_text(text[: len(text) // 2])
+    with pytest.raises(RunDirectoryError, match=r"final.json in .* cannot be parsed .* half-written"):
+        load_run(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "template", "fields"),
+    [
+        (lambda f: f.update(format_version=7), "FORMAT_UNSUPPORTED", {"version": 7, "supported": [1]}),
+        (lambda f: f.pop("confusion_matrix"), "FIELD_MISSING", {"field": "confusion_matrix"}),
+        (lambda f: f.update(num_samples=99), "SAMPLE_COUNT_MISMATCH", {"num_samples": 99, "counted": 30}),
+        (
+            lambda f: f["dataset"].update(num_classes=4),
+            "CONFUSION_SHAPE",
+            {"shape": (3, 3), "num_classes": 4},
+        ),
+    ],
+)
+def test_inconsistent_final(
+    tmp_path: Path,
+    make_run: Callable[..., Path],
+    edit: Callable[[dict[str, object]], object],
+    template: str,
+    fields: dict[str, object],
+) -> None:
+    path = make_run(tmp_path / "run", method="erm", seed=0, confusion=CONFUSION)
+    final = json.loads((path / "final.json").read_text())
+    edit(final)
+    (path / "final.json").write_text(json.dumps(final))
+    with pytest.raises(RunDirectoryError) as info:
+        load_run(path)
+    expect(info, getattr(run_dir_module, template), path=path, **fields)
+
+
+def test_corrupt_metrics_line(tmp_path: Path, make_run: Callable[..., Path]) -> None:
+    path = make_run(tmp_path / "run", method="erm", seed=0, confusion=CONFUSION)
+    (path / "metrics.jsonl").write_text('{"epoch": 0}\n{"epoch": 1\n')
+    with pytest.raises(RunDirectoryError, match=r"metrics.jsonl in .*, line 2"):
+        load_run(path)
+
+
+def test_runs_must_be_comparable(tmp_path: Path, make_run: Callable[..., Path]) -> None:
+    first = make_run(tmp_path / "a", method="erm", seed=0, confusion=CONFUSION)
+    other_data = make_run(tmp_path / "b", method="mr2", seed=0, confusion=CONFUSION, dataset="cifar100")
+    with pytest.raises(RunDirectoryError) as info:
+        load_runs([first, other_data])
+    expect(
+        info,
+        run_dir_module.DATASET_MISMATCH,
+        first=first,
+        first_dataset="toy",
+        other=other_data,
+        other_dataset="cifar100",
+    )
+    four = np.eye(4, dtype=np.int64) * 10
+    other_k = make_run(tmp_path / "c", method="mr2", seed=0, confusion=four)
+    with pytest.raises(RunDirectoryError) as info:
+        load_runs([first, other_k])
+    expect(
+        info, run_dir_module.NUM_CLASSES_MISMATCH, first=first, first_k=3, other=other_k, other_k=4
+    )
+    fewer = CONFUSION.copy()
+    fewer[2, 2] -= 1
+    other_test = make_run(tmp_path / "d", method="mr2", seed=0, confusion=fewer)
+    with pytest.raises(RunDirectoryError, match="different test sets"):
+        load_runs([first, other_test])
+    with pytest.raises(RunDirectoryError, match="both method 'erm' with seed 0"):
+        load_runs([first, first])
+    with pytest.raises(RunDirectoryError, match="no run directory given"):
+        load_runs([])
