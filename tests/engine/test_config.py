@@ -41,6 +41,7 @@ def test_integer_accepted_for_float_and_converted():
         ({"optim": {"epochs": 0}}, "config key 'optim.epochs': must be >= 1"),
         ({"optim": {"epochs": 2, "warmup_epochs": 3}}, "optim.warmup_epochs"),
         ({"name": "a/b"}, "config key 'name'"),
+        ({"regime": "finetune"}, "'finetune' starts from pre-trained weights"),
     ],
 )
 def test_bad_configs_name_the_key(data, message):

@@ -122,6 +122,9 @@ def _check_values(config: RunConfig) -> None:
         ("checkpoint_every", config.checkpoint_every >= 1, "must be >= 1"),
         ("log_every", config.log_every >= 1, "must be >= 1"),
         ("name", bool(config.name) and "/" not in config.name, "must be a non-empty name without '/'"),
+        ("regime", config.regime != "finetune" or config.model.weights is not None or config.model.pretrained,
+         "'finetune' starts from pre-trained weights: set model.weights (a local file) or "
+         "model.pretrained: true"),
     ]
     for path, ok, problem in checks:
         if not ok:
