@@ -9,12 +9,12 @@ test oracles use).
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_logits, check_target
+from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
 __all__ = [
     "cdb_class_weights",
@@ -34,29 +34,13 @@ __all__ = [
     "relative_difficulty",
 ]
 
-Reduction = Literal["mean", "sum", "none"]
 
-BAD_REDUCTION = "reduction must be 'mean', 'sum' or 'none'; got {value!r}."
 BAD_Q = "q of the generalized cross-entropy must be in (0, 1]; got {value!r}."
 BAD_GAMMA = "gamma of the focal loss must be >= 0; got {value!r}."
 BAD_CLASS_VECTOR = "{name} must have shape [num_classes]={expected}; got {shape}."
 BAD_COUNTS = "class_counts must all be >= 1 (a class without training samples has no margin)."
 BAD_BETA = "beta must be in [0, 1); got {value!r}."
 BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
-
-
-def _working_dtype(tensor: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(tensor.dtype, torch.float32)
-
-
-def _reduce(values: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "mean":
-        return values.mean() if values.numel() else values.sum()
-    if reduction == "sum":
-        return values.sum()
-    if reduction == "none":
-        return values
-    raise MR2InputError(BAD_REDUCTION.format(value=reduction))
 
 
 def _check_class_vector(name: str, vector: torch.Tensor, num_classes: int) -> None:
@@ -69,7 +53,7 @@ def _check_class_vector(name: str, vector: torch.Tensor, num_classes: int) -> No
 def _true_class_log_prob(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     check_logits(logits, target, None)
     check_target(target, logits.shape[1], logits.shape[0])
-    log_p = F.log_softmax(logits.to(_working_dtype(logits)), dim=1)
+    log_p = F.log_softmax(logits.to(working_dtype(logits)), dim=1)
     return log_p.gather(1, target.unsqueeze(1)).squeeze(1)
 
 
@@ -106,7 +90,7 @@ def generalized_cross_entropy(
         raise MR2InputError(BAD_Q.format(value=q))
     log_p_y = _true_class_log_prob(logits, target)
     per_sample = -torch.expm1(q * log_p_y) / q
-    return _reduce(per_sample, reduction)
+    return reduce_loss(per_sample, reduction)
 
 
 def generalized_cross_entropy_surrogate(
@@ -130,7 +114,7 @@ def generalized_cross_entropy_surrogate(
         raise MR2InputError(BAD_Q.format(value=q))
     log_p_y = _true_class_log_prob(logits, target)
     per_sample = q * torch.exp(q * log_p_y).detach() * (-log_p_y)
-    return _reduce(per_sample, reduction)
+    return reduce_loss(per_sample, reduction)
 
 
 def per_sample_ema(
@@ -341,7 +325,7 @@ def ldam_logits(
     check_logits(cosine, target, None)
     check_target(target, cosine.shape[1], cosine.shape[0])
     _check_class_vector("margins", margins, cosine.shape[1])
-    dtype = _working_dtype(cosine)
+    dtype = working_dtype(cosine)
     one_hot = F.one_hot(target, cosine.shape[1]).to(dtype)
     shift = one_hot * margins.to(device=cosine.device, dtype=dtype)[target].unsqueeze(1)
     return scale * (cosine.to(dtype) - shift)
@@ -399,7 +383,7 @@ def logit_adjusted_cross_entropy(
     check_logits(logits, target, None)
     check_target(target, logits.shape[1], logits.shape[0])
     _check_class_vector("log_prior", log_prior, logits.shape[1])
-    dtype = _working_dtype(logits)
+    dtype = working_dtype(logits)
     adjusted = logits.to(dtype) + tau * log_prior.to(device=logits.device, dtype=dtype)
     return F.cross_entropy(adjusted, target, reduction=reduction)
 
@@ -424,7 +408,7 @@ def focal_loss(
         raise MR2InputError(BAD_GAMMA.format(value=gamma))
     log_p_y = _true_class_log_prob(logits, target)
     modulation = (-torch.expm1(log_p_y)).clamp_min(0.0).pow(gamma)
-    return _reduce(-modulation * log_p_y, reduction)
+    return reduce_loss(-modulation * log_p_y, reduction)
 
 
 # --------------------------------------------------------------------------------------------------

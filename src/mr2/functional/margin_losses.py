@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_features, check_logits, check_target
+from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
 __all__ = [
     "logit_margin_loss",
@@ -15,26 +14,13 @@ __all__ = [
     "representation_margin_loss",
 ]
 
-Reduction = Literal["mean", "sum", "none"]
 
 TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
-BAD_REDUCTION = "reduction must be 'mean', 'sum' or 'none'; got {value!r}."
 BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
 
 
-def _working_dtype(tensor: torch.Tensor) -> torch.dtype:
-    """float32 for half/bfloat16 inputs (the losses are computed in at least float32)."""
-    return torch.promote_types(tensor.dtype, torch.float32)
 
 
-def _reduce(values: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "mean":
-        return values.mean() if values.numel() else values.sum()
-    if reduction == "sum":
-        return values.sum()
-    if reduction == "none":
-        return values
-    raise MR2InputError(BAD_REDUCTION.format(value=reduction))
 
 
 def logit_margin_loss(
@@ -79,10 +65,10 @@ def logit_margin_loss(
         raise MR2InputError(
             TEMPERATURES_SHAPE.format(expected=logits.shape[1], shape=tuple(temperatures.shape))
         )
-    dtype = _working_dtype(logits)
+    dtype = working_dtype(logits)
     scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
     per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
-    return _reduce(per_sample, reduction)
+    return reduce_loss(per_sample, reduction)
 
 
 def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -148,7 +134,7 @@ def representation_margin_loss(
     check_features(features, target)
     if not temperature > 0:
         raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=temperature))
-    dtype = _working_dtype(features)
+    dtype = working_dtype(features)
     queries = features.to(dtype)
     if partner_features is None or partner_target is None:
         keys, key_target, self_offset = queries, target, 0
@@ -163,4 +149,4 @@ def representation_margin_loss(
     logits = logits.masked_fill(~same_class, float("-inf"))
     with_one = torch.cat([logits.new_zeros(batch, 1), logits], dim=1)
     per_sample = torch.logsumexp(with_one, dim=1)
-    return _reduce(per_sample, reduction)
+    return reduce_loss(per_sample, reduction)
