@@ -49,11 +49,17 @@ class DataSection:
 
 @dataclass
 class ModelSection:
-    """Which model; ``weights`` is a local checkpoint file (pretrained backbones)."""
+    """Which model; ``weights`` is a local checkpoint file (pretrained backbones).
+
+    ``weights_key_prefix`` selects a sub-network of the checkpoint (e.g. ``encoder_q.`` for MoCo v2);
+    ``load_head`` also loads the checkpoint's classifier (otherwise a fresh head is trained).
+    """
 
     name: str = "small_cnn"
     weights: str | None = None
     pretrained: bool = False
+    weights_key_prefix: str | None = None
+    load_head: bool = False
     sync_batchnorm: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 

@@ -37,6 +37,8 @@ def _model_config(config: RunConfig) -> Any:
         pretrained=config.model.pretrained,
         freeze_backbone=False,
         options=dict(config.model.options),
+        weights_key_prefix=config.model.weights_key_prefix,
+        load_head=config.model.load_head,
     )
 
 

@@ -154,7 +154,7 @@ def weights_fingerprint(path: str | os.PathLike[str]) -> str:
     """``"sha256:<hex>"`` of a weights file's content (cached per path, size and mtime).
 
     The content hash (not the path) identifies the weights: moving or copying the file keeps the
-    key, rewriting it with other weights changes it even within one mtime tick.
+    key, rewriting it with other weights changes it.
 
     Example:
         >>> import tempfile
