@@ -42,22 +42,40 @@ def test_logit_margin_loss_stable_for_small_temperature():
     assert torch.isfinite(logits.grad).all()
 
 
+@pytest.mark.parametrize("pair_mode", ["dense", "sparse", "auto"])
 @pytest.mark.parametrize("temperature", [1.0, 7.5])
-def test_representation_margin_loss_matches_oracle(temperature):
+def test_representation_margin_loss_matches_oracle(temperature, pair_mode):
     _, features, target = _batch(b=14, k=3, d=4)
     margin = 1.7
     got = MF.representation_margin_loss(
-        features, target, margin, temperature=temperature, reduction="none"
+        features, target, margin, temperature=temperature, reduction="none", pair_mode=pair_mode
     )
     want = oracles.representation_terms(features, target, margin, temperature)
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=1e-10)
-    mean = MF.representation_margin_loss(features, target, margin, temperature=temperature)
+    mean = MF.representation_margin_loss(features, target, margin, temperature=temperature, pair_mode=pair_mode)
     assert mean.item() == pytest.approx(sum(want) / len(want), rel=1e-10)
 
 
-def test_representation_margin_loss_partner_pool_matches_full_batch():
+def test_sparse_and_dense_pairs_agree_in_value_and_gradient_with_many_classes():
+    _, features, target = _batch(b=40, k=25, d=6, scale=2.0)
+    grads = []
+    for mode in ("dense", "sparse"):
+        f = features.clone().requires_grad_()
+        value = MF.representation_margin_loss(f, target, 3.0, temperature=2.0, pair_mode=mode)
+        value.backward()
+        grads.append((value.detach(), f.grad))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grads[0][1], grads[1][1], rtol=1e-10, atol=1e-12)
+    f = features[:10].clone().requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x: MF.representation_margin_loss(x, target[:10] % 3, 2.0, pair_mode="sparse"), (f,)
+    )
+
+
+@pytest.mark.parametrize("pair_mode", ["dense", "sparse"])
+def test_representation_margin_loss_partner_pool_matches_full_batch(pair_mode):
     _, features, target = _batch(b=10, k=3, d=4)
-    full = MF.representation_margin_loss(features, target, 0.5, reduction="none")
+    full = MF.representation_margin_loss(features, target, 0.5, reduction="none", pair_mode=pair_mode)
     part = MF.representation_margin_loss(
         features[4:7],
         target[4:7],
@@ -66,14 +84,16 @@ def test_representation_margin_loss_partner_pool_matches_full_batch():
         partner_features=features,
         partner_target=target,
         self_offset=4,
+        pair_mode=pair_mode,
     )
     torch.testing.assert_close(part, full[4:7])
 
 
-def test_representation_margin_loss_large_norms_and_singletons_are_finite():
+@pytest.mark.parametrize("pair_mode", ["dense", "sparse"])
+def test_representation_margin_loss_large_norms_and_singletons_are_finite(pair_mode):
     features = (torch.randn(6, 8) * 1e4).requires_grad_()
     target = torch.tensor([0, 0, 1, 2, 2, 3])  # classes 1 and 3 have a single sample
-    per_sample = MF.representation_margin_loss(features, target, 0.0, reduction="none")
+    per_sample = MF.representation_margin_loss(features, target, 0.0, reduction="none", pair_mode=pair_mode)
     assert torch.isfinite(per_sample).all()
     assert per_sample[2].item() == 0.0 and per_sample[5].item() == 0.0
     per_sample.sum().backward()
@@ -138,6 +158,7 @@ def test_class_sums_two_halves_equal_one_batch():
         (lambda: MF.logit_margin_loss(torch.ones(2, 3), torch.tensor([0.0, 1.0]), torch.ones(3)), "integer class ids"),
         (lambda: MF.representation_margin_loss(torch.ones(2, 3, 1), torch.tensor([0, 1]), 0.0), "features must have shape"),
         (lambda: MF.representation_margin_loss(torch.ones(2, 3), torch.tensor([0, 1]), 0.0, temperature=0), "temperature"),
+        (lambda: MF.representation_margin_loss(torch.ones(2, 3), torch.tensor([0, 1]), 0.0, pair_mode="all"), "pair_mode"),
         (lambda: MF.class_sensitive_bound(torch.ones(2), torch.zeros(2), num_samples=3), "must all be > 0"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 
@@ -17,6 +19,9 @@ __all__ = [
 
 TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
 BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
+BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
+
+PairMode = Literal["auto", "dense", "sparse"]
 
 
 
@@ -87,6 +92,30 @@ def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Te
     return (q_sq + k_sq - 2.0 * (queries @ keys.T)).clamp_min(0.0)
 
 
+def _sparse_pair_terms(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    same_class: torch.Tensor,
+    margin: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """Per-query ``log(1 + sum_j exp(v_ij))`` over the listed same-class pairs only.
+
+    A segmented log-sum-exp: ``m_i = max(0, max_j v_ij)`` (a constant for the gradient),
+    ``result_i = m_i + log(exp(-m_i) + sum_j exp(v_ij - m_i))``, with ``index_add_`` for the sums.
+    """
+    query_index, key_index = same_class.nonzero(as_tuple=True)
+    q, k = queries[query_index], keys[key_index]
+    sq_dist = (q.pow(2).sum(1) + k.pow(2).sum(1) - 2.0 * (q * k).sum(1)).clamp_min(0.0)
+    values = (sq_dist - margin) / temperature
+    batch = queries.shape[0]
+    shift = values.new_zeros(batch).scatter_reduce(
+        0, query_index, values.detach(), reduce="amax", include_self=True
+    )
+    sums = values.new_zeros(batch).index_add(0, query_index, (values - shift[query_index]).exp())
+    return shift + torch.log(torch.exp(-shift) + sums)
+
+
 def representation_margin_loss(
     features: torch.Tensor,
     target: torch.Tensor,
@@ -97,6 +126,7 @@ def representation_margin_loss(
     partner_features: torch.Tensor | None = None,
     partner_target: torch.Tensor | None = None,
     self_offset: int = 0,
+    pair_mode: PairMode = "auto",
 ) -> torch.Tensor:
     r"""Representation margin loss: penalises same-class pairs further apart than ``margin``.
 
@@ -121,6 +151,12 @@ def representation_margin_loss(
             default: ``features`` itself.
         partner_target: [P] class ids of ``partner_features``.
         self_offset: row of ``features[0]`` inside ``partner_features``.
+        pair_mode: ``"dense"`` computes all [B, P] distances with one matrix product and masks
+            them (no host sync; best on accelerators and when classes are few);
+            ``"sparse"`` lists the same-class pairs and computes only their distances (O(pairs * d)
+            instead of O(B * P * d): much faster with many classes, but the pair count is read on
+            the host); ``"auto"`` (default) takes ``"sparse"`` for CPU tensors when under a quarter
+            of the [B, P] entries are same-class pairs, else ``"dense"``. Both give the same values.
 
     Returns:
         The loss, 0-dim (or [B] with ``reduction="none"``).
@@ -141,12 +177,21 @@ def representation_margin_loss(
     else:
         keys, key_target = partner_features.to(dtype), partner_target
     batch = queries.shape[0]
+    if pair_mode not in ("auto", "dense", "sparse"):
+        raise MR2InputError(BAD_PAIR_MODE.format(value=pair_mode))
     margin_t = torch.as_tensor(margin, dtype=dtype, device=queries.device).detach()
-    logits = (pairwise_sq_distances(queries, keys) - margin_t) / temperature
     same_class = target.unsqueeze(1) == key_target.unsqueeze(0)
     rows = torch.arange(batch, device=queries.device)
     same_class[rows, rows + self_offset] = False
-    logits = logits.masked_fill(~same_class, float("-inf"))
-    with_one = torch.cat([logits.new_zeros(batch, 1), logits], dim=1)
-    per_sample = torch.logsumexp(with_one, dim=1)
+    if pair_mode == "sparse" or (
+        pair_mode == "auto"
+        and queries.device.type == "cpu"
+        and 4 * int(same_class.sum()) < same_class.numel()
+    ):
+        per_sample = _sparse_pair_terms(queries, keys, same_class, margin_t, temperature)
+    else:
+        logits = (pairwise_sq_distances(queries, keys) - margin_t) / temperature
+        logits = logits.masked_fill(~same_class, float("-inf"))
+        with_one = torch.cat([logits.new_zeros(batch, 1), logits], dim=1)
+        per_sample = torch.logsumexp(with_one, dim=1)
     return reduce_loss(per_sample, reduction)

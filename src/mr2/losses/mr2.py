@@ -221,15 +221,17 @@ class MR2Loss(nn.Module):
             f"rep_reduction={self.rep_reduction!r}, pairs={self.pairs!r}"
         )
 
-    def allocation_statistic(self) -> torch.Tensor:
+    def allocation_statistic(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """[K] the statistic the temperatures are allocated from (``a_k`` or ``s_k``)."""
-        if self.allocation == "spread":
-            return self.statistics.spread()
-        return self.statistics.second_moment()
+        mean_sq_norm, spread = self.statistics.moments() if moments is None else moments
+        return spread if self.allocation == "spread" else mean_sq_norm + spread
 
-    def temperatures(self) -> torch.Tensor:
-        """[K] the current per-class temperatures gamma (ones during warm-up). No host sync."""
-        stat = self.allocation_statistic()
+    def temperatures(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """[K] the current per-class temperatures gamma (ones during warm-up). No host sync.
+
+        ``moments``: ``statistics.moments()`` if already computed this step.
+        """
+        stat = self.allocation_statistic(moments)
         gamma = margin_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_temperature)
         ready = stat.sum() > 0
         if self.warmup_samples_per_class is not None:
@@ -238,18 +240,20 @@ class MR2Loss(nn.Module):
             ready = torch.zeros_like(ready)
         return torch.where(ready & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
 
-    def distance_margin(self) -> torch.Tensor:
-        """0-dim ``2 * s_bar``."""
-        return 2.0 * self.statistics.mean_spread()
+    def distance_margin(self, spread: torch.Tensor | None = None) -> torch.Tensor:
+        """0-dim ``2 * s_bar`` (``spread``: the [K] ``s_k`` if already computed this step)."""
+        return 2.0 * self.statistics.mean_spread(spread)
 
     def _temperature_value(self, feature_dim: int) -> float:
         factor = self._temperature_factor
         return factor * feature_dim if self._temperature_per_dim else factor
 
-    def representation_term(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def representation_term(
+        self, features: torch.Tensor, target: torch.Tensor, margin: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The (unweighted) representation margin term of this batch."""
         temperature = self._temperature_value(features.shape[1])
-        margin = self.distance_margin()
+        margin = self.distance_margin() if margin is None else margin
         partners: dict[str, Any] = {}
         if self.pairs == "global" and distributed.is_distributed(self.process_group):
             partner_features, offset = distributed.all_gather_with_grad(features, self.process_group)
@@ -280,15 +284,15 @@ class MR2Loss(nn.Module):
             target: [B] class ids in ``[0, K)``.
         """
         check_classification_inputs(logits, features, target, self.num_classes, self.check_values)
-        self.statistics.update(features, target)
-        gamma = self.temperatures()
+        self.statistics.update(features, target, checked=True)
+        moments = self.statistics.moments()
+        gamma = self.temperatures(moments)
+        margin = self.distance_margin(moments[1])
         logit_term = logit_margin_loss(logits, target, gamma)
         if self.lambda_rep > 0:
-            rep_term = self.representation_term(features, target)
+            rep_term = self.representation_term(features, target, margin)
         else:
             rep_term = logit_term.new_zeros(())
         total = logit_term + self.lambda_rep * rep_term
-        self.parts = MR2LossParts(
-            total.detach(), logit_term.detach(), rep_term.detach(), gamma, self.distance_margin()
-        )
+        self.parts = MR2LossParts(total.detach(), logit_term.detach(), rep_term.detach(), gamma, margin)
         return total

@@ -155,12 +155,18 @@ class ClassFeatureStatistics(nn.Module):
         )
 
     # ----------------------------------------------------------------- update
-    def _ema(self, old: torch.Tensor, new: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-        """Moving average for present classes; first observation initialises; absent keep ``old``."""
-        shape = (-1,) + (1,) * (old.dim() - 1)
-        first = (present & (self.samples_seen == 0)).view(shape)
-        mixed = self.momentum * old + (1.0 - self.momentum) * new
-        return torch.where(present.view(shape), torch.where(first, new, mixed), old)
+    def _ema_weights(self, present: torch.Tensor) -> torch.Tensor:
+        """[K] weight of the new batch: 1 - m (present), 1 (first observation), 0 (absent)."""
+        weight = torch.where(self.samples_seen == 0, 1.0, 1.0 - self.momentum)
+        return torch.where(present, weight, 0.0).to(self.count.dtype)
+
+    @staticmethod
+    def _ema_(state: torch.Tensor, new: torch.Tensor, weight: torch.Tensor) -> None:
+        """In place ``state += weight * (new - state)`` row-wise: one pass over the buffer.
+
+        A weight of 0 leaves the row bit-for-bit unchanged, a weight of 1 replaces it by ``new``.
+        """
+        state.lerp_(new, weight.view((-1,) + (1,) * (state.dim() - 1)))
 
     def _norm_sq(self, vectors: torch.Tensor) -> torch.Tensor:
         """Row-wise squared Lp norm ``||v||_p^2``."""
@@ -178,43 +184,46 @@ class ClassFeatureStatistics(nn.Module):
         return distributed.all_reduce_sum_(sums, self.process_group)
 
     @torch.no_grad()
-    def update(self, features: torch.Tensor, target: torch.Tensor) -> None:
+    def update(self, features: torch.Tensor, target: torch.Tensor, *, checked: bool = False) -> None:
         """Fold one batch into the moving statistics (does nothing in eval mode).
 
         Args:
             features: [B, d] features (detached and cast to float32 here).
             target: [B] class ids in ``[0, K)``.
+            checked: the caller has already validated ``features`` and ``target``.
         """
         if not self.training:
             return
-        check_features(features, target)
-        check_target(target, self.num_classes, features.shape[0], self.check_values)
-        check_finite("features", features, self.check_values)
+        if not checked:
+            check_features(features, target)
+            check_target(target, self.num_classes, features.shape[0], self.check_values)
+            check_finite("features", features, self.check_values)
         self._materialise(features.shape[1])
         with torch.autocast(device_type=features.device.type, enabled=False):
             x = features.detach().to(self.feature_sum.dtype)
             sums = class_sums(x, target, self.num_classes)
-            # One all-reduce for all first-phase sums: [K, 1 + d + 1].
-            packed = torch.cat(
-                [sums.counts.unsqueeze(1), sums.feature_sums, sums.sq_norm_sums.unsqueeze(1)], dim=1
-            )
-            distributed.all_reduce_sum_(packed, self.process_group)
-            count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+            count, feature_sum, sq_norm_sum = sums
+            if distributed.is_distributed(self.process_group):
+                # One all-reduce for all first-phase sums: [K, 1 + d + 1].
+                packed = torch.cat(
+                    [count.unsqueeze(1), feature_sum, sq_norm_sum.unsqueeze(1)], dim=1
+                )
+                distributed.all_reduce_sum_(packed, self.process_group)
+                count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
             present = count > 0
+            weight = self._ema_weights(present)
             safe_count = count.clamp_min(1.0)
             if self.estimator == "batch":
                 batch_means = feature_sum / safe_count.unsqueeze(1)
                 spread = self._deviation_sums(x, target, batch_means) / safe_count
-                self.batch_mean_sq_norm.copy_(
-                    self._ema(self.batch_mean_sq_norm, self._norm_sq(batch_means), present)
-                )
-                self.batch_spread.copy_(self._ema(self.batch_spread, spread, present))
-            self.count.copy_(self._ema(self.count, count, present))
-            self.feature_sum.copy_(self._ema(self.feature_sum, feature_sum, present))
-            self.sq_norm_sum.copy_(self._ema(self.sq_norm_sum, sq_norm_sum, present))
+                self._ema_(self.batch_mean_sq_norm, self._norm_sq(batch_means), weight)
+                self._ema_(self.batch_spread, spread, weight)
+            self._ema_(self.count, count, weight)
+            self._ema_(self.feature_sum, feature_sum, weight)
+            self._ema_(self.sq_norm_sum, sq_norm_sum, weight)
             if self.estimator == "pooled" and self.norm_p != 2.0:
                 deviation = self._deviation_sums(x, target, self.means())
-                self.deviation_sum.copy_(self._ema(self.deviation_sum, deviation, present))
+                self._ema_(self.deviation_sum, deviation, weight)
             self.samples_seen.add_(count.round().long())
 
     # ---------------------------------------------------------- derived values
@@ -231,29 +240,38 @@ class ClassFeatureStatistics(nn.Module):
         seen = self.seen().to(self.feature_sum.dtype)
         return (self.means() * seen.unsqueeze(1)).sum(0) / seen.sum().clamp_min(1.0)
 
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(||mu_k||_p^2, s_k)``, each [K], from one pass over the class means.
+
+        ``||mu_k||`` is of the centred means with ``center=True``; unseen classes get 0.
+        """
+        if self.estimator == "batch":
+            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone()
+        means = self.means()
+        raw_norm = self._norm_sq(means)
+        if self.norm_p != 2.0:
+            spread = self.deviation_sum / self.count.clamp_min(1e-12)
+        else:
+            spread = (self.sq_norm_sum / self.count.clamp_min(1e-12) - raw_norm).clamp_min(0.0)
+        if self.center:
+            raw_norm = self._norm_sq(means - self.global_center())
+        return raw_norm * self.seen(), spread
+
     def mean_sq_norm(self) -> torch.Tensor:
         """[K] ``||mu_k||_p^2`` (of the centred means with ``center=True``)."""
-        if self.estimator == "batch":
-            return self.batch_mean_sq_norm.clone()
-        means = self.means()
-        if self.center:
-            means = means - self.global_center()
-        return self._norm_sq(means) * self.seen()
+        return self.moments()[0]
 
     def spread(self) -> torch.Tensor:
         """[K] mean squared deviation ``s_k = E ||phi(x) - mu_k||_p^2`` (0 for unseen classes)."""
-        if self.estimator == "batch":
-            return self.batch_spread.clone()
-        if self.norm_p != 2.0:
-            return self.deviation_sum / self.count.clamp_min(1e-12)
-        raw_second = self.sq_norm_sum / self.count.clamp_min(1e-12)
-        return (raw_second - self._norm_sq(self.means())).clamp_min(0.0)
+        return self.moments()[1]
 
     def second_moment(self) -> torch.Tensor:
         """[K] ``a_k = ||mu_k||^2 + s_k``."""
-        return self.mean_sq_norm() + self.spread()
+        mean_sq_norm, spread = self.moments()
+        return mean_sq_norm + spread
 
-    def mean_spread(self) -> torch.Tensor:
+    def mean_spread(self, spread: torch.Tensor | None = None) -> torch.Tensor:
         """0-dim ``s_bar``: the average of ``s_k`` over the seen classes."""
         seen = self.seen()
-        return (self.spread() * seen).sum() / seen.sum().clamp_min(1)
+        spread = self.spread() if spread is None else spread
+        return (spread * seen).sum() / seen.sum().clamp_min(1)
