@@ -104,3 +104,27 @@ def test_cli_eval_and_errors(spread_npz, tmp_path, capsys):
     assert "is not a run directory" in capsys.readouterr().err
     assert main(["train", "--set", "optim.lrr=1"]) == 2
     assert "unknown config key 'optim.lrr'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.root=/nonexistent/mr2-data"], "not found"),
+        (["method.name=mr2", "method.options.c_bar=-1"], "c_bar must be a positive number; got -1"),
+        (["method.name=jtt", "method.options.bogus=1"], "unknown option(s) ['bogus'] for method 'jtt'"),
+    ],
+)
+def test_cli_train_reports_bad_data_and_method_options_in_one_line(
+    overrides, message, spread_npz, tmp_path, capsys
+):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(base_config(spread_npz, tmp_path, optim={"epochs": 1})))
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    if overrides[0].startswith("data.root"):
+        sets = ["--set", "data.name=cifar10", *sets]
+    assert main(["train", "--config", str(config), "--quiet", *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mr2 train: error: ")
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run" / "final.json").exists()

@@ -12,12 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mr2.config import ConfigError
-    from mr2.engine.run import RunError, evaluate_run
+    from mr2.cli.errors import user_errors
+    from mr2.engine.run import evaluate_run
 
     try:
         result = evaluate_run(args.run_dir, args.split)
-    except (ConfigError, RunError) as error:
+    except user_errors() as error:
         print(f"mr2 eval: error: {error}", file=sys.stderr)
         return 2
     worst = min((a for a in result["per_class_accuracy"] if a == a), default=float("nan"))

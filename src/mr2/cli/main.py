@@ -19,6 +19,8 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("train", "mr2.cli.train", "train one run from a YAML config"),
     ("eval", "mr2.cli.eval", "re-evaluate a run directory's last checkpoint"),
     ("report", "mr2.cli.report", "disparity report over one or more run directories"),
+    ("sweep", "mr2.cli.sweep", "methods x seeds x hyperparameters, then the report (resumable)"),
+    ("presets", "mr2.cli.presets", "list the shipped sweep presets (mr2 sweep --preset NAME)"),
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mr2.config import ConfigError, load_config
+from mr2.config import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,12 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mr2.engine.run import RunError, train
+    from mr2.cli.errors import user_errors
+    from mr2.engine.run import train
 
     try:
         config = load_config(args.config, args.overrides)
         final = train(config, overwrite=args.overwrite, quiet=args.quiet)
-    except (ConfigError, RunError) as error:
+    except user_errors() as error:
         print(f"mr2 train: error: {error}", file=sys.stderr)
         return 2
     print(f"test accuracy {final['overall_accuracy']:.4f} ({config.output_dir}/{config.name}/final.json)")

@@ -1,0 +1,375 @@
+"""Benchmark: the vectorised MR2 loss versus a per-class Python loop (released-code style).
+
+Times ONE training step of the loss: statistics update + forward + backward (gradients with respect
+to both the logits and the features), on CPU, for three implementations measured side by side in one
+run:
+
+- ``loop``: the per-class loop baseline (released-code style), defined in this file. It follows the
+  arithmetic and the structure of the released research code (BeierZhu/MR2,
+  ``MRF-Imagenet/src/mrf_loss.py``): a Python loop over ALL K classes for the moving averages of the
+  per-class scalars, and a second loop over the classes for the pairwise representation term.
+- ``mr2 released``: ``MR2Loss.from_variant("released", K)``, the same arithmetic, vectorised. Its
+  loss is checked against the loop before timing, so the two columns time equal computations.
+- ``mr2 paper``: ``MR2Loss(K)``, the default (paper) configuration.
+
+Usage::
+
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py              # full run (a few minutes on 2 cores)
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py --quick      # one repeat per case (smoke test)
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 1 --sizes 128x100x640
+
+This is a benchmark, not a test: it asserts nothing about time. ``tests/benchmarks`` runs its quick
+mode at a tiny size and checks that the loop and the released variant compute the same loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mr2 import MR2Loss
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "BenchResult",
+    "PerClassLoopMR2Loss",
+    "Size",
+    "equivalence_check",
+    "main",
+    "run",
+]
+
+#: Moving-average decay used by every implementation (the paper's CIFAR value; any value times the same).
+MOMENTUM = 0.9
+LAMBDA_REP = 0.1
+#: Lp norm of the released code's statistics.
+RELEASED_NORM_P = 5.0
+#: Distinct random batches cycled through during timing (same batches for every implementation).
+BATCH_POOL = 4
+
+
+@dataclass(frozen=True)
+class Size:
+    """One benchmark case: batch size B, number of classes K, feature dimension d."""
+
+    batch: int
+    classes: int
+    dim: int
+
+    def label(self) -> str:
+        return f"B={self.batch} K={self.classes} d={self.dim}"
+
+    @classmethod
+    def parse(cls, text: str) -> Size:
+        """``"128x100x640"`` -> ``Size(128, 100, 640)``."""
+        parts = text.lower().split("x")
+        if len(parts) != 3:
+            raise argparse.ArgumentTypeError(f"size must look like BxKxd (e.g. 128x100x640); got {text!r}")
+        batch, classes, dim = (int(p) for p in parts)
+        return cls(batch, classes, dim)
+
+
+DEFAULT_SIZES = (Size(128, 100, 640), Size(512, 1000, 2048))
+
+
+# --------------------------------------------------------------------------------------------------
+# per-class loop baseline (released-code style)
+# --------------------------------------------------------------------------------------------------
+class PerClassLoopMR2Loss(nn.Module):
+    """Per-class loop baseline (released-code style). NOT part of mr2; for timing comparisons only.
+
+    Re-implements the arithmetic of the released research code with its structure: a Python loop over
+    all K classes that updates per-class scalar moving averages element by element (``||batch mean||_p^2``
+    and the mean ``||x - batch mean||_p^2``, p = 5; a class whose average is still 0 is initialised), and a
+    Python loop over the classes for the representation term (per class with >= 2 samples: mean over
+    its samples of ``log(1 + sum_{j != i} exp((||x_i - x_j||^2 - 2 s_bar) / (10 d)))``; summed over the
+    classes, times ``d / 10 / K``; ``s_bar`` is the mean of the spread averages over all K classes).
+    Temperatures ``gamma = K a^(1/3) / sum a^(1/3)`` with ``a = ||mu||_p^2 + s``.
+    """
+
+    mean_sq_norm_avg: torch.Tensor
+    spread_avg: torch.Tensor
+
+    def __init__(self, num_classes: int, *, momentum: float = MOMENTUM, lambda_rep: float = LAMBDA_REP):
+        super().__init__()
+        self.num_classes = num_classes
+        self.momentum = momentum
+        self.lambda_rep = lambda_rep
+        self.norm_p = RELEASED_NORM_P
+        self.register_buffer("mean_sq_norm_avg", torch.zeros(num_classes))
+        self.register_buffer("spread_avg", torch.zeros(num_classes))
+
+    @torch.no_grad()
+    def update_statistics(self, features: torch.Tensor, target: torch.Tensor) -> None:
+        m = self.momentum
+        for k in range(self.num_classes):
+            members = features[target == k]
+            if members.shape[0] == 0:
+                continue
+            center = members.mean(dim=0)
+            mean_sq_norm = center.norm(self.norm_p).pow(2)
+            spread = (members - center).norm(self.norm_p, dim=1).pow(2).mean()
+            if torch.isnan(self.mean_sq_norm_avg[k]) or self.mean_sq_norm_avg[k] == 0:
+                self.mean_sq_norm_avg[k] = mean_sq_norm
+                self.spread_avg[k] = spread
+            else:
+                self.mean_sq_norm_avg[k] = m * self.mean_sq_norm_avg[k] + (1 - m) * mean_sq_norm
+                self.spread_avg[k] = m * self.spread_avg[k] + (1 - m) * spread
+
+    def temperatures(self) -> torch.Tensor:
+        roots = (self.mean_sq_norm_avg + self.spread_avg).pow(1.0 / 3.0)
+        return self.num_classes * roots / roots.sum()
+
+    def forward(self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        self.update_statistics(features, target)
+        gamma = self.temperatures()
+        logit_term = F.cross_entropy(logits / gamma[target].unsqueeze(1), target)
+        s_bar = self.spread_avg.mean()
+        dim = features.shape[1]
+        rep_term = features.new_zeros(())
+        for k in range(self.num_classes):
+            members = features[target == k]
+            n = members.shape[0]
+            if n < 2:
+                continue
+            sq_dist = (members.unsqueeze(1) - members.unsqueeze(0)).norm(2, dim=2).pow(2)
+            self_pair = torch.eye(n, dtype=torch.bool, device=features.device)
+            sq_dist = sq_dist.masked_fill(self_pair, 0.0)
+            terms = torch.exp((sq_dist - 2 * s_bar) / (10 * dim)).masked_fill(self_pair, 0.0)
+            rep_term = rep_term + torch.log1p(terms.sum(dim=1)).mean()
+        rep_term = rep_term * dim / 10 / self.num_classes
+        return logit_term + self.lambda_rep * rep_term
+
+
+# --------------------------------------------------------------------------------------------------
+# harness
+# --------------------------------------------------------------------------------------------------
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+IMPLEMENTATIONS = ("loop", "mr2 released", "mr2 paper")
+
+
+def build_losses(num_classes: int) -> dict[str, nn.Module]:
+    """Fresh instances of the three implementations, in training mode."""
+    return {
+        "loop": PerClassLoopMR2Loss(num_classes),
+        "mr2 released": MR2Loss.from_variant(
+            "released", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP
+        ),
+        "mr2 paper": MR2Loss(num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
+    }
+
+
+def make_batches(size: Size, count: int, seed: int) -> list[Batch]:
+    """Random logits/features (leaves requiring grad) and targets uniform over the K classes."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        logits = (2.0 * torch.randn(size.batch, size.classes, generator=g)).requires_grad_()
+        # Non-negative, ReLU-like features.
+        features = torch.randn(size.batch, size.dim, generator=g).relu_().requires_grad_()
+        target = torch.randint(0, size.classes, (size.batch,), generator=g)
+        batches.append((logits, features, target))
+    return batches
+
+
+def training_step(loss_fn: LossFn, batch: Batch) -> torch.Tensor:
+    """Statistics update + forward + backward; returns the detached loss."""
+    logits, features, target = batch
+    loss = loss_fn(logits, features, target)
+    torch.autograd.grad(loss, (logits, features))
+    return loss.detach()
+
+
+def equivalence_check(size: Size, *, steps: int = 3, seed: int = 1) -> tuple[float, float]:
+    """Max relative loss difference between the loop baseline and ``MR2Loss`` "released".
+
+    Both start fresh and are first given one batch that holds every class (so the statistics of all
+    K classes exist), then ``steps`` random batches; the first value is the largest relative
+    difference over those steps. The second value is the relative difference on a random first batch
+    WITHOUT that priming (classes not yet seen), reported for information only.
+    """
+    g = torch.Generator().manual_seed(seed)
+    cover = torch.arange(max(size.batch, size.classes)) % size.classes
+    prime = (
+        torch.randn(cover.numel(), size.classes, generator=g),
+        torch.randn(cover.numel(), size.dim, generator=g).relu_(),
+        cover,
+    )
+    batches = make_batches(size, steps + 1, seed + 1)
+    rel = []
+    with torch.no_grad():
+        cold = build_losses(size.classes)
+        a = cold["loop"](*batches[0]).item()
+        b = cold["mr2 released"](*batches[0]).item()
+        cold_rel = abs(a - b) / max(abs(a), 1e-12)
+        losses = build_losses(size.classes)
+        losses["loop"](*prime)
+        losses["mr2 released"](*prime)
+        for batch in batches[1:]:
+            a = losses["loop"](*batch).item()
+            b = losses["mr2 released"](*batch).item()
+            rel.append(abs(a - b) / max(abs(a), 1e-12))
+    return max(rel), cold_rel
+
+
+@dataclass
+class BenchResult:
+    """Timings of one size (milliseconds per training step of the loss)."""
+
+    size: Size
+    median_ms: dict[str, float]
+    min_ms: dict[str, float]
+    repeats: dict[str, int]
+    released_rel_diff: float
+    cold_rel_diff: float
+
+    def ratio(self, name: str, *, best: bool = False) -> float:
+        """Speed-up of ``name`` over the loop baseline (loop median / ``name`` median; or of the minima)."""
+        times = self.min_ms if best else self.median_ms
+        return times["loop"] / times[name]
+
+
+def plan(size: Size, quick: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """(warm-up, repeats) per implementation. The K=1000 loop is slow: it gets fewer repeats."""
+    if quick:
+        return dict.fromkeys(IMPLEMENTATIONS, 1), dict.fromkeys(IMPLEMENTATIONS, 1)
+    slow = size.classes * size.batch >= 100_000
+    warmup = {"loop": 3, "mr2 released": 5, "mr2 paper": 5}
+    repeats = {"loop": 21 if slow else 41, "mr2 released": 61, "mr2 paper": 61}
+    return warmup, repeats
+
+
+def time_size(size: Size, *, quick: bool = False, seed: int = 0) -> BenchResult:
+    """Warm up, then time the implementations round-robin (interleaved repeats), median per one."""
+    released_rel, cold_rel = equivalence_check(size)
+    warmup, repeats = plan(size, quick)
+    losses = build_losses(size.classes)
+    batches = make_batches(size, BATCH_POOL, seed)
+    for name, loss_fn in losses.items():
+        for i in range(warmup[name]):
+            training_step(loss_fn, batches[i % BATCH_POOL])
+    times: dict[str, list[float]] = {name: [] for name in losses}
+    for r in range(max(repeats.values())):
+        for name, loss_fn in losses.items():
+            if r >= repeats[name]:
+                continue
+            batch = batches[r % BATCH_POOL]
+            start = time.perf_counter()
+            training_step(loss_fn, batch)
+            times[name].append(1e3 * (time.perf_counter() - start))
+    return BenchResult(
+        size=size,
+        median_ms={name: statistics.median(values) for name, values in times.items()},
+        min_ms={name: min(values) for name, values in times.items()},
+        repeats={name: len(values) for name, values in times.items()},
+        released_rel_diff=released_rel,
+        cold_rel_diff=cold_rel,
+    )
+
+
+def run(
+    sizes: Sequence[Size] = DEFAULT_SIZES,
+    *,
+    quick: bool = False,
+    threads: int | None = None,
+    seed: int = 0,
+) -> list[BenchResult]:
+    """Time every size; ``threads`` sets ``torch.set_num_threads`` (None: leave torch's default)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    return [time_size(size, quick=quick, seed=seed) for size in sizes]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _load() -> str:
+    try:
+        return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def format_table(results: Sequence[BenchResult], *, best: bool = False) -> str:
+    """Markdown table of the medians (or, with ``best``, the minima) and the speed-ups over the loop."""
+    stat = "min" if best else "median"
+    lines = [
+        f"| size | loop {stat} ms (n) | mr2 released {stat} ms (n) | mr2 paper {stat} ms (n) "
+        "| loop / released | loop / paper | loss rel. diff loop vs released |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        times = r.min_ms if best else r.median_ms
+        cells = [
+            r.size.label(),
+            *(f"{times[name]:.2f} ({r.repeats[name]})" for name in IMPLEMENTATIONS),
+            f"{r.ratio('mr2 released', best=best):.1f}x",
+            f"{r.ratio('mr2 paper', best=best):.1f}x",
+            f"{r.released_rel_diff:.1e}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="one warm-up and one repeat per case")
+    parser.add_argument(
+        "--sizes", type=Size.parse, nargs="+", default=list(DEFAULT_SIZES), help="BxKxd, e.g. 128x100x640"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    print(f"command: {command}")
+    print(f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, CPU: {cpu_model()}")
+    print(f"python {platform.python_version()}, seed {args.seed}, quick {args.quick}")
+    print(f"load average at start (1, 5, 15 min): {_load()}")
+    print("timed: statistics update + forward + backward (grad w.r.t. logits and features), CPU float32")
+    start = time.perf_counter()
+    results = run(args.sizes, quick=args.quick, seed=args.seed)
+    print()
+    print("Median per step (speed-up = loop median / mr2 median):")
+    print(format_table(results))
+    print()
+    print("Best of n per step (less sensitive to other load on a shared machine):")
+    print(format_table(results, best=True))
+    print()
+    for r in results:
+        print(
+            f"{r.size.label()}: loop vs mr2 released, first batch with unseen classes (no priming): "
+            f"loss rel. diff {r.cold_rel_diff:.1e}"
+        )
+    print(f"load average at end (1, 5, 15 min): {_load()}")
+    print(f"total wall time {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

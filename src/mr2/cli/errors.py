@@ -1,0 +1,31 @@
+"""The exceptions the command line reports as one-line errors (exit code 2) instead of tracebacks.
+
+Each of them carries a message that says what was wrong and how to fix it; anything else is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Bad configuration, data, weights, checkpoints or method options (imported lazily: the CLI
+    starts without importing torch)."""
+    from mr2.checks import MR2InputError
+    from mr2.config import ConfigError
+    from mr2.data.errors import DatasetError
+    from mr2.engine.checkpoint import CheckpointError
+    from mr2.engine.run import RunError
+    from mr2.methods.jtt import EmptyErrorSetError
+    from mr2.methods.registry import MethodConfigError
+    from mr2.models.weights import WeightsMismatchError
+
+    return (
+        ConfigError,
+        RunError,
+        DatasetError,
+        MethodConfigError,
+        MR2InputError,
+        CheckpointError,
+        WeightsMismatchError,
+        EmptyErrorSetError,
+    )

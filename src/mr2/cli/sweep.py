@@ -1,0 +1,125 @@
+"""``mr2 sweep SWEEP.yaml | --preset NAME``: methods x seeds x hyperparameters, then the report.
+
+Examples::
+
+    mr2 sweep my-sweep.yaml --workers 2
+    mr2 sweep --preset fashion-mnist
+    mr2 sweep --preset cifar100-resnet32 --set data.root=/data/cifar --output-dir /scratch/runs
+    mr2 sweep --preset demo --dry-run          # write the run configs; list runs, state, commands
+
+Running the same command again skips finished runs and resumes interrupted ones. The work is done
+by :func:`mr2.sweep.run_sweep`; this module only parses arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_FAILED_RUNS = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``sweep`` subcommand's arguments to ``parser``."""
+    parser.add_argument("spec", nargs="?", metavar="SWEEP.yaml", help="sweep specification file")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="a shipped sweep instead of a file (see `mr2 presets`)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a key of the base run configuration, e.g. --set data.root=/data "
+        "--set optim.epochs=5 (repeatable)",
+    )
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="runs executed in parallel (overrides the file)")
+    parser.add_argument("--threads-per-run", type=int, metavar="T",
+                        help="torch threads per run (default: CPU cores // workers)")
+    parser.add_argument("--output-dir", metavar="DIR",
+                        help="where the sweep directory goes (default: the file's)")
+    parser.add_argument("--name", help="sweep name, i.e. its directory under the output directory")
+    parser.add_argument("--seeds", metavar="S,S,...", help="comma-separated seeds (overrides the file)")
+    parser.add_argument("--methods", metavar="LABEL,...",
+                        help="run only these method entries (and the reference)")
+    parser.add_argument("--devices", metavar="ID,ID,...",
+                        help="GPU ids shared out among the workers (overrides the file)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the runs and their commands; train nothing")
+    parser.add_argument("--no-report", action="store_true", help="train only; write no report")
+    parser.add_argument("--no-plots", action="store_true", help="write the report without figures")
+
+
+def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
+    from mr2.config import apply_overrides
+
+    data = dict(spec_data)
+    if args.overrides:
+        if "base_config" in data:
+            from mr2.config import load_yaml
+
+            base_file = data.pop("base_config")
+            data["base"] = load_yaml(base_file)
+        data["base"] = apply_overrides(data.get("base") or {}, args.overrides)
+    for key in ("workers", "threads_per_run", "output_dir", "name"):
+        value = getattr(args, key)
+        if value is not None:
+            data[key] = value
+    if args.devices is not None:
+        try:
+            data["devices"] = [int(d) for d in args.devices.split(",") if d.strip()]
+        except ValueError:
+            data["devices"] = args.devices
+    if args.seeds is not None:
+        try:
+            data["seeds"] = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            data["seeds"] = args.seeds
+    if args.methods is not None:
+        wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+        methods = data.get("methods") or {}
+        unknown = [m for m in wanted if m not in methods]
+        if unknown:
+            from mr2.sweep.spec import SweepSpecError
+
+            raise SweepSpecError(
+                f"--methods: no method entry {', '.join(map(repr, unknown))}; entries: {', '.join(methods)}."
+            )
+        reference = data.get("reference", next(iter(methods), None))
+        data["methods"] = {k: v for k, v in methods.items() if k in wanted or k == reference}
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep. Exit code 0: all runs finished and the report was written; 1: some run
+    failed (the others ran; the report covers them); 2: invalid input; 130: interrupted."""
+    from pathlib import Path
+
+    from mr2.config import ConfigError, load_yaml
+    from mr2.sweep import SweepInterrupted, SweepSpecError, describe_plan, prepare_sweep, run_sweep
+    from mr2.sweep.presets import preset_path
+    from mr2.sweep.spec import spec_from_dict
+
+    try:
+        if (args.spec is None) == (args.preset is None):
+            raise SweepSpecError("give a sweep file or --preset NAME (one of them).")
+        source = preset_path(args.preset) if args.preset is not None else Path(args.spec)
+        raw = load_yaml(source)
+        if "base_config" in raw and not Path(raw["base_config"]).is_absolute():
+            raw["base_config"] = str(source.parent / raw["base_config"])
+        data = _apply_arguments(raw, args)
+        spec = spec_from_dict(data, source=source, default_name=args.preset or source.stem)
+        if args.dry_run:
+            print(describe_plan(spec, prepare_sweep(spec)))
+            return 0
+        result = run_sweep(spec, report=not args.no_report, plots=False if args.no_plots else None)
+    except (ConfigError, SweepSpecError) as error:
+        print(f"mr2 sweep: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SweepInterrupted:
+        print("\nmr2 sweep: interrupted; run the same command again to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if result.report is not None:
+        print()
+        print(result.report.output.comparison.to_markdown())
+        print(f"Report: {result.report.markdown_path}")
+    return 0 if result.ok else EXIT_FAILED_RUNS

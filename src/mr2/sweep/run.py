@@ -1,0 +1,160 @@
+"""Run a whole sweep: plan, execute the unfinished runs, select on validation, write the report."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from mr2.io import atomic_write_json
+from mr2.report.exceptions import ReportError
+from mr2.sweep.plan import RunPoint, plan_sweep
+from mr2.sweep.report import SweepReport, selection_summary, write_sweep_report
+from mr2.sweep.runner import RunOutcome, config_path, run_points, train_command, write_config
+from mr2.sweep.selection import SelectionError
+from mr2.sweep.spec import SweepSpec
+
+__all__ = ["SweepResult", "describe_plan", "prepare_sweep", "run_sweep"]
+
+
+@dataclass
+class SweepResult:
+    """Everything a sweep produced.
+
+    Attributes:
+        spec: the sweep.
+        points: its planned runs.
+        outcomes: one per point (done, skipped or failed).
+        report: the report (None if it was not requested or could not be written).
+        report_error: why the report could not be written ("" otherwise).
+    """
+
+    spec: SweepSpec
+    points: list[RunPoint]
+    outcomes: list[RunOutcome]
+    report: SweepReport | None = None
+    report_error: str = ""
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        """No run failed and the report (if requested) was written."""
+        return not self.failed and not self.report_error
+
+
+def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
+    path = spec.sweep_dir / "sweep.json"
+    atomic_write_json(
+        path,
+        {
+            "name": spec.name,
+            "description": spec.description,
+            "source": None if spec.source is None else str(spec.source),
+            "reference": spec.reference,
+            "select_by": spec.select_by,
+            "seeds": spec.seeds,
+            "base": spec.base,
+            "methods": {
+                e.label: {"method": e.method, "fixed": e.fixed, "axes": e.axes} for e in spec.methods
+            },
+            "runs": [
+                {
+                    "name": p.name,
+                    "label": p.label,
+                    "method": p.method,
+                    "seed": p.seed,
+                    "setting": {k: v for k, v in p.setting},
+                    "config": str(config_path(p)),
+                }
+                for p in points
+            ],
+        },
+    )
+    return path
+
+
+def prepare_sweep(spec: SweepSpec) -> list[RunPoint]:
+    """Plan the sweep and write ``sweep.json`` and every run's ``configs/<name>.yaml`` (no training)."""
+    points = plan_sweep(spec)
+    spec.sweep_dir.mkdir(parents=True, exist_ok=True)
+    _write_plan(spec, points)
+    for point in points:
+        write_config(point)
+    return points
+
+
+def describe_plan(spec: SweepSpec, points: list[RunPoint]) -> str:
+    """What a sweep would do: each run, whether it is finished, and the command that trains it."""
+    settings = len({point.group for point in points})
+    lines = [
+        f"sweep {spec.name!r}: {len(points)} runs in {spec.sweep_dir} "
+        f"({len(spec.methods)} method entries, {settings} settings x {len(spec.seeds)} seeds; reference "
+        f"{spec.reference}; selection by {spec.select_by}; {spec.workers} worker(s))"
+    ]
+    for point in points:
+        if (point.run_dir / "final.json").is_file():
+            state = "finished"
+        elif (point.run_dir / "checkpoints" / "last.pt").is_file():
+            state = "resumes"
+        else:
+            state = "to run"
+        command = " ".join(train_command(point, nproc_per_node=spec.nproc_per_node, python="python"))
+        lines.append(f"  {point.name:<40} {state:<9} {command}")
+    return "\n".join(lines)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    stream: TextIO | None = None,
+    report: bool = True,
+    plots: bool | None = None,
+    status_every: float = 60.0,
+) -> SweepResult:
+    """Run every unfinished run of ``spec`` and write its report to ``<sweep_dir>/report``.
+
+    Progress, failures (with the tail of their logs) and the report's location are printed to
+    ``stream`` (default stdout). Interrupting (Ctrl-C) stops the running runs, which resume from
+    their checkpoints the next time; it raises :class:`mr2.sweep.runner.SweepInterrupted`.
+    """
+    out = stream if stream is not None else sys.stdout
+    points = prepare_sweep(spec)
+    outcomes = run_points(
+        points,
+        workers=spec.workers,
+        threads_per_run=spec.threads_per_run,
+        nproc_per_node=spec.nproc_per_node,
+        devices=spec.devices,
+        stream=out,
+        status_every=status_every,
+    )
+    result = SweepResult(spec, points, outcomes)
+    for outcome in result.failed:
+        print(f"\nFAILED {outcome.point.name}: {outcome.message}", file=out)
+        print(f"  log: {outcome.log_path}", file=out)
+        if outcome.log_tail:
+            print(textwrap.indent(outcome.log_tail, "  | "), file=out)
+    if report:
+        try:
+            result.report = write_sweep_report(spec, points, outcomes, plots=plots)
+        except (ReportError, SelectionError) as error:
+            result.report_error = str(error)
+            print(f"\nno report: {error}", file=out)
+        else:
+            summary = selection_summary(result.report)
+            if summary:
+                print("\nselected on the validation split:\n" + textwrap.indent(summary, "  "), file=out)
+    done = sum(o.status == "done" for o in outcomes)
+    skipped = sum(o.status == "skipped" for o in outcomes)
+    print(
+        f"\n{done} run(s) trained, {skipped} skipped (finished earlier), {len(result.failed)} failed.",
+        file=out,
+        flush=True,
+    )
+    return result
+

@@ -1,0 +1,482 @@
+"""The typed sweep specification: a base run configuration, methods with hyperparameter grids, seeds.
+
+A sweep file (YAML) looks like::
+
+    name: cifar100-resnet32          # the sweep directory is <output_dir>/<name>
+    description: ERM vs MR2 ...      # one line, shown by `mr2 presets`
+    output_dir: runs
+    base:                            # a RunConfig mapping (or `base_config: path/to/run.yaml`)
+      data: {name: cifar100, root: /data/cifar100}
+      model: {name: resnet32}
+      optim: {epochs: 200, lr: 0.1}
+    methods:                         # one row of the comparison table per entry
+      erm: {}
+      mr2:
+        method.options.c_bar: [0.5, 1, 2]      # a list is a grid axis (selected on validation)
+        method.options.lambda_rep: 0.1         # a scalar is a fixed setting
+      mr2_centered:                            # an entry label that is not a method name ...
+        method.name: mr2                       # ... names its method
+        method.options.center_features: true
+    grid: {}                         # axes shared by every method (e.g. optim.lr: [0.05, 0.1])
+    seeds: [0, 1, 2]                 # or a count: 3 -> [0, 1, 2]
+    reference: erm                   # ranks the tiers, compared against
+    select_by: val_accuracy          # or val_worst_class; validation split only, never test
+    workers: 2                       # parallel local runs
+    threads_per_run: null            # torch threads per run (default: CPU cores // workers)
+    nproc_per_node: null             # launch each run with torchrun on this many processes
+    devices: null                    # GPU ids shared out among the workers (CUDA_VISIBLE_DEVICES)
+    required: [data.root]            # base keys the user must set (--set data.root=DIR)
+    report: {tiers: 3, tier_source: test, bootstrap: 1000, plots: true}
+
+Keys of a method entry (and of ``grid``) are dotted paths into the run configuration
+(``method.options.c_bar``, ``optim.lr``, ``model.name``). A list value is a grid axis; to fix a key
+whose value is itself a list, give a one-element axis: ``model.options.hidden: [[64, 32]]``.
+Every problem raises :class:`SweepSpecError` naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mr2.config import ConfigError, config_from_dict, load_yaml
+
+__all__ = [
+    "SELECT_BY",
+    "MethodEntry",
+    "ReportOptions",
+    "SweepSpec",
+    "SweepSpecError",
+    "load_spec",
+    "spec_from_dict",
+]
+
+UNKNOWN_KEY = "unknown sweep key {path!r}; valid keys here: {valid}."
+MISSING_KEY = "the sweep specification needs {path!r} ({what})."
+WRONG_TYPE = "sweep key {path!r} must be {expected}; got {value!r}."
+BASE_BOTH = "give either 'base' (a run configuration mapping) or 'base_config' (a file), not both."
+BASE_INVALID = "the base run configuration is invalid: {error}"
+NO_METHODS = "sweep key 'methods' must map at least one entry label to its settings."
+BAD_LABEL = "method entry label {label!r} must be a non-empty name of letters, digits, '_', '-' or '.'."
+EMPTY_AXIS = "grid axis {path!r} has no values; give at least one."
+RESERVED_KEY = "sweep key {path!r} sets {key!r}, which the sweep itself sets per run (remove it)."
+UNKNOWN_REFERENCE = "reference {reference!r} is not a method entry of the sweep; entries: {labels}."
+DUPLICATE_SEEDS = "sweep key 'seeds' lists a seed twice: {seeds}."
+REQUIRED_UNSET = (
+    "this sweep needs {keys} set in its base configuration; pass {flags} (e.g. to `mr2 sweep "
+    "--preset NAME`)"
+)
+TOO_FEW_DEVICES = (
+    "sweep key 'devices' lists {count} device(s) but {workers} worker(s) x {per_run} device(s) per "
+    "run need {needed}; list more devices or lower 'workers'"
+)
+UNKNOWN_METHOD = "method entry {label!r}: {error}"
+
+#: Validation metrics hyperparameters can be selected by (never a test metric).
+SELECT_BY = ("val_accuracy", "val_worst_class")
+
+#: Run-config keys the sweep sets for every point; a spec must not set them.
+_RESERVED = ("name", "seed", "output_dir")
+_LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+class SweepSpecError(ValueError):
+    """A sweep specification that cannot run; the message names the key and what is expected."""
+
+
+@dataclass
+class ReportOptions:
+    """Options of the report written at the end (those of :func:`mr2.report.write_report`)."""
+
+    tiers: int | None = None
+    tier_source: Literal["test", "validation"] = "test"
+    bootstrap: int = 1000
+    bottom_fraction: float = 0.1
+    alpha: float = 0.05
+    plots: bool = True
+
+
+@dataclass
+class MethodEntry:
+    """One row of the comparison: a label, its fixed settings and its grid axes.
+
+    Attributes:
+        label: the row's name (also the start of its run names).
+        method: the training method's registry name (``label`` unless ``method.name`` is set).
+        fixed: dotted config key -> value, applied to every point of the entry.
+        axes: dotted config key -> values; the entry's points are their Cartesian product.
+    """
+
+    label: str
+    method: str
+    fixed: dict[str, Any] = field(default_factory=dict)
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class SweepSpec:
+    """A validated sweep; see the module docstring for the file format.
+
+    Attributes:
+        name: the sweep's name; its directory is ``<output_dir>/<name>``.
+        base: the base run configuration as a nested mapping (validated).
+        methods: the method entries, in file order.
+        seeds: the seeds every setting is run with.
+        reference: label of the reference entry (ranks the tiers).
+        output_dir: where the sweep directory goes.
+        workers: runs executed in parallel (local processes).
+        select_by: validation metric for hyperparameter selection.
+        threads_per_run: torch threads per run (None: CPU cores // workers, at least 1).
+        nproc_per_node: launch every run with ``torchrun --nproc_per_node`` (None: plain python).
+        devices: GPU ids; each worker gets its own ``nproc_per_node`` (or 1) of them through
+            ``CUDA_VISIBLE_DEVICES`` (None: the environment's devices, shared by every run).
+        description: one line describing the sweep.
+        report: options of the final report.
+        source: the file it was read from, if any.
+    """
+
+    name: str
+    base: dict[str, Any]
+    methods: list[MethodEntry]
+    seeds: list[int]
+    reference: str
+    output_dir: str = "runs"
+    workers: int = 1
+    select_by: Literal["val_accuracy", "val_worst_class"] = "val_accuracy"
+    threads_per_run: int | None = None
+    nproc_per_node: int | None = None
+    devices: list[int] | None = None
+    description: str = ""
+    report: ReportOptions = field(default_factory=ReportOptions)
+    source: Path | None = None
+
+    @property
+    def sweep_dir(self) -> Path:
+        """``<output_dir>/<name>``: holds one directory per run, ``configs/`` and ``report/``."""
+        return Path(self.output_dir) / self.name
+
+    def entry(self, label: str) -> MethodEntry:
+        """The method entry named ``label``."""
+        for entry in self.methods:
+            if entry.label == label:
+                return entry
+        raise KeyError(label)
+
+
+_TOP_KEYS = (
+    "name",
+    "description",
+    "output_dir",
+    "base",
+    "base_config",
+    "methods",
+    "grid",
+    "seeds",
+    "reference",
+    "select_by",
+    "workers",
+    "threads_per_run",
+    "nproc_per_node",
+    "devices",
+    "required",
+    "report",
+)
+_REPORT_KEYS = ("tiers", "tier_source", "bootstrap", "bottom_fraction", "alpha", "plots")
+
+
+def _check_keys(data: dict[str, Any], valid: tuple[str, ...], prefix: str = "") -> None:
+    for key in data:
+        if key not in valid:
+            raise SweepSpecError(UNKNOWN_KEY.format(path=f"{prefix}{key}", valid=", ".join(valid)))
+
+
+def _int(value: Any, path: str, minimum: int, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        expected = f"an integer >= {minimum}" + (" or null" if optional else "")
+        raise SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=value))
+    return value
+
+
+def _mapping(value: Any, path: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SweepSpecError(WRONG_TYPE.format(path=path, expected="a mapping", value=value))
+    return value
+
+
+def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Dotted key -> value into fixed values and grid axes (list values)."""
+    fixed: dict[str, Any] = {}
+    axes: dict[str, list[Any]] = {}
+    for key, value in settings.items():
+        key_path = f"{path}.{key}"
+        if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+            raise SweepSpecError(
+                WRONG_TYPE.format(path=key_path, expected="a dotted config key like optim.lr", value=key)
+            )
+        if key in _RESERVED:
+            raise SweepSpecError(RESERVED_KEY.format(path=key_path, key=key))
+        if isinstance(value, list):
+            if not value:
+                raise SweepSpecError(EMPTY_AXIS.format(path=key_path))
+            axes[key] = list(value)
+        else:
+            fixed[key] = value
+    return fixed, axes
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``data["a"]["b"] = value`` for ``key = "a.b"``, creating intermediate mappings.
+
+    Example:
+        >>> config = {"optim": {"lr": 0.1}}
+        >>> set_dotted(config, "method.options.c_bar", 2)
+        >>> config
+        {'optim': {'lr': 0.1}, 'method': {'options': {'c_bar': 2}}}
+    """
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise SweepSpecError(
+                WRONG_TYPE.format(path=key, expected=f"a key below the mapping {part!r}", value=child)
+            )
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _get_dotted(data: dict[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
+    """Fail early on an unknown method name or option name (values are checked when a run starts)."""
+    from mr2.methods.registry import available_methods, method_options
+
+    if not isinstance(method, str) or method not in available_methods():
+        raise SweepSpecError(
+            UNKNOWN_METHOD.format(
+                label=label,
+                error=f"unknown method {method!r}; valid methods: {', '.join(sorted(available_methods()))} "
+                "(an entry whose label is not a method name needs 'method.name')",
+            )
+        )
+    valid = method_options(method)
+    for key in fixed:
+        if key.startswith("method.options."):
+            option = key.removeprefix("method.options.").split(".")[0]
+            if option not in valid:
+                raise SweepSpecError(
+                    UNKNOWN_METHOD.format(
+                        label=label,
+                        error=f"unknown option {option!r} for method {method!r}; valid options: "
+                        f"{sorted(valid)}.",
+                    )
+                )
+
+
+def spec_from_dict(
+    data: dict[str, Any], *, source: str | os.PathLike[str] | None = None, default_name: str = "sweep"
+) -> SweepSpec:
+    """Validate a parsed sweep file and return the :class:`SweepSpec`.
+
+    ``source`` is the file the mapping came from: ``base_config`` is resolved relative to it.
+
+    Example:
+        >>> spec = spec_from_dict({
+        ...     "base": {"data": {"name": "synthetic"}, "model": {"name": "mlp"}},
+        ...     "methods": {"erm": {}, "mr2": {"method.options.c_bar": [0.5, 2]}},
+        ...     "seeds": 2, "reference": "erm"})
+        >>> [(e.label, e.axes) for e in spec.methods], spec.seeds
+        ([('erm', {}), ('mr2', {'method.options.c_bar': [0.5, 2]})], [0, 1])
+        >>> try:
+        ...     spec_from_dict({"methods": {"erm": {}}, "seed": [0]})
+        ... except SweepSpecError as error:
+        ...     print(str(error)[:60])
+        unknown sweep key 'seed'; valid keys here: name, description
+    """
+    if not isinstance(data, dict):
+        raise SweepSpecError(WRONG_TYPE.format(path="<root>", expected="a mapping", value=data))
+    _check_keys(data, _TOP_KEYS)
+    source_path = Path(source) if source is not None else None
+
+    if "base" in data and "base_config" in data:
+        raise SweepSpecError(BASE_BOTH)
+    if "base_config" in data:
+        if not isinstance(data["base_config"], str):
+            raise SweepSpecError(
+                WRONG_TYPE.format(path="base_config", expected="a file path", value=data["base_config"])
+            )
+        base_file = Path(data["base_config"]).expanduser()
+        if not base_file.is_absolute() and source_path is not None:
+            base_file = source_path.parent / base_file
+        try:
+            base = load_yaml(base_file)
+        except ConfigError as error:
+            raise SweepSpecError(str(error)) from error
+    else:
+        base = copy.deepcopy(_mapping(data.get("base"), "base"))
+    for key in _RESERVED:
+        if key in base:
+            raise SweepSpecError(RESERVED_KEY.format(path=f"base.{key}", key=key))
+    try:
+        config_from_dict(base)
+    except ConfigError as error:
+        raise SweepSpecError(BASE_INVALID.format(error=error)) from error
+
+    required = data.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+        raise SweepSpecError(
+            WRONG_TYPE.format(path="required", expected="a list of dotted keys", value=required)
+        )
+    unset = [key for key in required if _get_dotted(base, key) is None]
+    if unset:
+        raise SweepSpecError(
+            REQUIRED_UNSET.format(
+                keys=", ".join(unset), flags=" ".join(f"--set {key}=..." for key in unset)
+            )
+        )
+
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise SweepSpecError(WRONG_TYPE.format(path="name", expected="a name without '/'", value=name))
+
+    shared_fixed, shared_axes = _split_settings(_mapping(data.get("grid"), "grid"), "grid")
+    if shared_fixed:
+        key = next(iter(shared_fixed))
+        raise SweepSpecError(
+            WRONG_TYPE.format(path=f"grid.{key}", expected="a list of values (a grid axis)",
+                              value=shared_fixed[key])
+        )
+
+    raw_methods = data.get("methods")
+    if raw_methods is None:
+        raise SweepSpecError(MISSING_KEY.format(path="methods", what="entry label -> settings"))
+    raw_methods = _mapping(raw_methods, "methods")
+    if not raw_methods:
+        raise SweepSpecError(NO_METHODS)
+    methods: list[MethodEntry] = []
+    for label, settings in raw_methods.items():
+        if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
+            raise SweepSpecError(BAD_LABEL.format(label=label))
+        fixed, axes = _split_settings(_mapping(settings, f"methods.{label}"), f"methods.{label}")
+        if "method.name" in axes:
+            raise SweepSpecError(
+                WRONG_TYPE.format(path=f"methods.{label}.method.name", expected="one method name",
+                                  value=axes["method.name"])
+            )
+        method = fixed.pop("method.name", label)
+        base_options = _get_dotted(base, "method.options") or {}
+        _check_method(label, method, {
+            **{f"method.options.{k}": None for k in base_options}, **shared_axes, **fixed, **axes,
+        })
+        methods.append(MethodEntry(label, method, fixed, {**shared_axes, **axes}))
+
+    raw_seeds = data.get("seeds", [0])
+    if isinstance(raw_seeds, int) and not isinstance(raw_seeds, bool):
+        seeds = list(range(_int(raw_seeds, "seeds", 1) or 1))
+    elif isinstance(raw_seeds, list) and raw_seeds:
+        seeds = [_int(s, f"seeds[{i}]", 0) or 0 for i, s in enumerate(raw_seeds)]
+        if len(set(seeds)) != len(seeds):
+            raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=seeds))
+    else:
+        raise SweepSpecError(
+            WRONG_TYPE.format(path="seeds", expected="a non-empty list of integers or a count",
+                              value=raw_seeds)
+        )
+
+    labels = [m.label for m in methods]
+    reference = data.get("reference", labels[0])
+    if reference not in labels:
+        raise SweepSpecError(UNKNOWN_REFERENCE.format(reference=reference, labels=", ".join(labels)))
+
+    select_by = data.get("select_by", "val_accuracy")
+    if select_by not in SELECT_BY:
+        raise SweepSpecError(
+            WRONG_TYPE.format(path="select_by", expected="one of " + ", ".join(SELECT_BY), value=select_by)
+        )
+    output_dir = data.get("output_dir", "runs")
+    if not isinstance(output_dir, str) or not output_dir:
+        raise SweepSpecError(WRONG_TYPE.format(path="output_dir", expected="a directory", value=output_dir))
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise SweepSpecError(WRONG_TYPE.format(path="description", expected="text", value=description))
+
+    report_data = _mapping(data.get("report"), "report")
+    _check_keys(report_data, _REPORT_KEYS, "report.")
+    report = ReportOptions(
+        tiers=_int(report_data.get("tiers"), "report.tiers", 1, optional=True),
+        bootstrap=_int(report_data.get("bootstrap", 1000), "report.bootstrap", 0) or 0,
+        plots=bool(report_data.get("plots", True)),
+    )
+    tier_source = report_data.get("tier_source", "test")
+    if tier_source not in ("test", "validation"):
+        raise SweepSpecError(
+            WRONG_TYPE.format(path="report.tier_source", expected="'test' or 'validation'", value=tier_source)
+        )
+    report.tier_source = tier_source
+    for key in ("bottom_fraction", "alpha"):
+        if key in report_data:
+            value = report_data[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise SweepSpecError(
+                    WRONG_TYPE.format(path=f"report.{key}", expected="a number in (0, 1)", value=value)
+                )
+            setattr(report, key, float(value))
+
+    workers = _int(data.get("workers", 1), "workers", 1) or 1
+    nproc_per_node = _int(data.get("nproc_per_node"), "nproc_per_node", 1, optional=True)
+    devices = data.get("devices")
+    if devices is not None:
+        if not isinstance(devices, list) or not devices or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+        ):
+            raise SweepSpecError(
+                WRONG_TYPE.format(path="devices", expected="a list of GPU ids (integers >= 0) or null",
+                                  value=devices)
+            )
+        per_run = nproc_per_node or 1
+        if len(devices) < workers * per_run:
+            raise SweepSpecError(
+                TOO_FEW_DEVICES.format(count=len(devices), workers=workers, per_run=per_run,
+                                       needed=workers * per_run)
+            )
+
+    return SweepSpec(
+        name=name,
+        base=base,
+        methods=methods,
+        seeds=seeds,
+        reference=reference,
+        output_dir=output_dir,
+        workers=workers,
+        select_by=select_by,
+        threads_per_run=_int(data.get("threads_per_run"), "threads_per_run", 1, optional=True),
+        nproc_per_node=nproc_per_node,
+        devices=devices,
+        description=description,
+        report=report,
+        source=source_path,
+    )
+
+
+def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
+    """Read and validate a sweep file; its name defaults to the file name without extension."""
+    file = Path(path)
+    try:
+        data = load_yaml(file)
+    except ConfigError as error:
+        raise SweepSpecError(str(error)) from error
+    return spec_from_dict(data, source=file, default_name=file.stem)

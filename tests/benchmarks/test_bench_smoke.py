@@ -1,0 +1,63 @@
+"""Smoke test of benchmarks/bench_mr2_loss.py: quick mode at a tiny size. No timing assertions."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_mr2_loss.py"
+TINY = (16, 5, 8)  # B, K, d
+
+
+@pytest.fixture(scope="module")
+def bench():
+    name = "bench_mr2_loss_under_test"
+    spec = importlib.util.spec_from_file_location(name, BENCH_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_quick_run_returns_finite_timings_and_equal_losses(bench):
+    (result,) = bench.run([bench.Size(*TINY)], quick=True)
+    assert set(result.median_ms) == set(bench.IMPLEMENTATIONS)
+    assert all(math.isfinite(ms) and ms > 0 for ms in result.median_ms.values())
+    assert all(n == 1 for n in result.repeats.values())
+    assert result.released_rel_diff <= 1e-4
+    assert math.isfinite(result.ratio("mr2 released")) and math.isfinite(result.ratio("mr2 paper"))
+
+
+def test_loop_baseline_and_released_variant_compute_the_same_loss_and_gradients(bench):
+    size = bench.Size(*TINY)
+    losses = bench.build_losses(size.classes)
+    loop, released = losses["loop"], losses["mr2 released"]
+    cover = torch.arange(size.batch) % size.classes  # every class seen before comparing (s_bar over K)
+    prime = (torch.randn(size.batch, size.classes), torch.randn(size.batch, size.dim).relu(), cover)
+    loop(*prime)
+    released(*prime)
+    for logits, features, target in bench.make_batches(size, 3, seed=5):
+        want = loop(logits, features, target)
+        want_grads = torch.autograd.grad(want, (logits, features))
+        got = released(logits, features, target)
+        got_grads = torch.autograd.grad(got, (logits, features))
+        assert got.item() == pytest.approx(want.item(), rel=1e-4)
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(released.temperatures(), loop.temperatures(), rtol=1e-4, atol=1e-6)
+
+
+def test_main_quick_prints_the_table(bench, capsys):
+    assert bench.main(["--quick", "--sizes", "16x5x8"]) == 0
+    out = capsys.readouterr().out
+    assert "| B=16 K=5 d=8 |" in out
+    assert "torch " in out and "threads" in out
