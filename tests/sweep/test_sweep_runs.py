@@ -118,12 +118,12 @@ def test_a_failing_run_is_reported_with_its_log_and_the_others_finish(tmp_path, 
     assert main(["sweep", str(file)]) == 1
     captured = capsys.readouterr().out
     sweep_dir = tmp_path / "runs" / "tiny"
-    assert re.search(r"\[\d/3\] FAILED mr2__c_bar=-1__seed=0 \(exit code 1, \d+ s\); log: ", captured)
+    assert re.search(r"\[\d/3\] FAILED mr2__c_bar=-1__seed=0 \(exit code 2, \d+ s\); log: ", captured)
     assert "c_bar must be a positive number; got -1" in captured  # the tail of the log is shown
     assert (sweep_dir / "erm__seed=0" / "final.json").is_file()
     assert (sweep_dir / "mr2__c_bar=1__seed=0" / "final.json").is_file()
     markdown = (sweep_dir / "report" / "report.md").read_text()
-    assert "## Failed runs" in markdown and "`mr2__c_bar=-1__seed=0`: exit code 1" in markdown
+    assert "## Failed runs" in markdown and "`mr2__c_bar=-1__seed=0`: exit code 2" in markdown
     assert "| mr2 | **c_bar=1** | 1/1 |" in markdown and "| mr2 | c_bar=-1 | 0/1 |" in markdown
     assert "2 run(s) trained, 0 skipped (finished earlier), 1 failed." in captured
 

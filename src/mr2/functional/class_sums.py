@@ -46,5 +46,5 @@ def class_sums(features: torch.Tensor, target: torch.Tensor, num_classes: int) -
     feature_sum = torch.zeros(num_classes, features.shape[1], dtype=dtype, device=device)
     feature_sum.index_add_(0, target, features)
     sq_norm_sum = torch.zeros(num_classes, dtype=dtype, device=device)
-    sq_norm_sum.index_add_(0, target, features.pow(2).sum(dim=1))
+    sq_norm_sum.index_add_(0, target, (features * features).sum(dim=1))
     return ClassSums(count, feature_sum, sq_norm_sum)

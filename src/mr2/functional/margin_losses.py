@@ -87,8 +87,8 @@ def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Te
         tensor([[16.],
                 [ 9.]])
     """
-    q_sq = queries.pow(2).sum(dim=1, keepdim=True)
-    k_sq = keys.pow(2).sum(dim=1).unsqueeze(0)
+    q_sq = (queries * queries).sum(dim=1, keepdim=True)
+    k_sq = (keys * keys).sum(dim=1).unsqueeze(0)
     return (q_sq + k_sq - 2.0 * (queries @ keys.T)).clamp_min(0.0)
 
 
@@ -105,8 +105,15 @@ def _sparse_pair_terms(
     ``result_i = m_i + log(exp(-m_i) + sum_j exp(v_ij - m_i))``, with ``index_add_`` for the sums.
     """
     query_index, key_index = same_class.nonzero(as_tuple=True)
-    q, k = queries[query_index], keys[key_index]
-    sq_dist = (q.pow(2).sum(1) + k.pow(2).sum(1) - 2.0 * (q * k).sum(1)).clamp_min(0.0)
+    # index_select (backward: index_add_) rather than advanced indexing (backward: a slow
+    # accumulating index_put_ on CPU); the distance of each listed pair directly from its
+    # difference (exact, no cancellation, no clamp needed).
+    if keys is queries:  # one gather (and one gradient scatter) for both ends of every pair
+        ends = queries.index_select(0, torch.cat([query_index, key_index]))
+        diff = ends[: query_index.numel()] - ends[query_index.numel() :]
+    else:
+        diff = queries.index_select(0, query_index) - keys.index_select(0, key_index)
+    sq_dist = (diff * diff).sum(1)
     values = (sq_dist - margin) / temperature
     batch = queries.shape[0]
     shift = values.new_zeros(batch).scatter_reduce(

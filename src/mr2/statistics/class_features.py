@@ -170,15 +170,15 @@ class ClassFeatureStatistics(nn.Module):
 
     def _norm_sq(self, vectors: torch.Tensor) -> torch.Tensor:
         """Row-wise squared Lp norm ``||v||_p^2``."""
-        if self.norm_p == 2.0:
-            return vectors.pow(2).sum(dim=-1)
-        return torch.linalg.vector_norm(vectors, ord=self.norm_p, dim=-1).pow(2)
+        return torch.linalg.vector_norm(vectors, ord=self.norm_p, dim=-1).square()
 
     def _deviation_sums(
-        self, features: torch.Tensor, target: torch.Tensor, centers: torch.Tensor
+        self, features: torch.Tensor, target: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor
     ) -> torch.Tensor:
-        """[K] sums over the (global) batch of ``||x - centers[y]||_p^2``."""
-        deviation = self._norm_sq(features - centers[target])
+        """[K] sums over the (global) batch of ``||x - c_y||_p^2`` with class centres
+        ``c_k = sums_k / counts_k`` (gathered for the B samples only, not divided for all K)."""
+        centers = sums.index_select(0, target) / counts.index_select(0, target).unsqueeze(1)
+        deviation = self._norm_sq(features - centers)
         sums = torch.zeros(self.num_classes, dtype=features.dtype, device=features.device)
         sums.index_add_(0, target, deviation)
         return distributed.all_reduce_sum_(sums, self.process_group)
@@ -201,28 +201,44 @@ class ClassFeatureStatistics(nn.Module):
         self._materialise(features.shape[1])
         with torch.autocast(device_type=features.device.type, enabled=False):
             x = features.detach().to(self.feature_sum.dtype)
-            sums = class_sums(x, target, self.num_classes)
-            count, feature_sum, sq_norm_sum = sums
-            if distributed.is_distributed(self.process_group):
-                # One all-reduce for all first-phase sums: [K, 1 + d + 1].
-                packed = torch.cat(
-                    [count.unsqueeze(1), feature_sum, sq_norm_sum.unsqueeze(1)], dim=1
-                )
-                distributed.all_reduce_sum_(packed, self.process_group)
-                count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+            feature_sum: torch.Tensor | None = None
+            if distributed.is_distributed(self.process_group) or self.estimator == "batch":
+                count, feature_sum, sq_norm_sum = class_sums(x, target, self.num_classes)
+                if distributed.is_distributed(self.process_group):
+                    # One all-reduce for all first-phase sums: [K, 1 + d + 1].
+                    packed = torch.cat(
+                        [count.unsqueeze(1), feature_sum, sq_norm_sum.unsqueeze(1)], dim=1
+                    )
+                    distributed.all_reduce_sum_(packed, self.process_group)
+                    count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+            else:
+                # Single process: only the [K] sums here; the [K, d] feature sums are folded in
+                # below without materialising a [K, d] batch-sum tensor.
+                count = x.new_zeros(self.num_classes).index_add_(0, target, x.new_ones(target.shape))
+                sq_norms = torch.linalg.vector_norm(x, dim=1).square()
+                sq_norm_sum = x.new_zeros(self.num_classes).index_add_(0, target, sq_norms)
             present = count > 0
             weight = self._ema_weights(present)
             safe_count = count.clamp_min(1.0)
             if self.estimator == "batch":
-                batch_means = feature_sum / safe_count.unsqueeze(1)
-                spread = self._deviation_sums(x, target, batch_means) / safe_count
-                self._ema_(self.batch_mean_sq_norm, self._norm_sq(batch_means), weight)
+                assert feature_sum is not None
+                spread = self._deviation_sums(x, target, feature_sum, safe_count) / safe_count
+                mean_sq_norm = self._norm_sq(feature_sum) / safe_count.square()
+                self._ema_(self.batch_mean_sq_norm, mean_sq_norm, weight)
                 self._ema_(self.batch_spread, spread, weight)
             self._ema_(self.count, count, weight)
-            self._ema_(self.feature_sum, feature_sum, weight)
+            if feature_sum is not None:
+                self._ema_(self.feature_sum, feature_sum, weight)
+            else:
+                # (1 - w_k) S_k + w_k sum_{i: y_i = k} x_i, with the second term as one index_add_
+                # of the B weighted rows; absent classes (w = 0) are multiplied by exactly 1.
+                self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
+                self.feature_sum.index_add_(0, target, x * weight[target].unsqueeze(1))
             self._ema_(self.sq_norm_sum, sq_norm_sum, weight)
             if self.estimator == "pooled" and self.norm_p != 2.0:
-                deviation = self._deviation_sums(x, target, self.means())
+                deviation = self._deviation_sums(
+                    x, target, self.feature_sum, self.count.clamp_min(1e-12)
+                )
                 self._ema_(self.deviation_sum, deviation, weight)
             self.samples_seen.add_(count.round().long())
 
@@ -247,14 +263,15 @@ class ClassFeatureStatistics(nn.Module):
         """
         if self.estimator == "batch":
             return self.batch_mean_sq_norm.clone(), self.batch_spread.clone()
-        means = self.means()
-        raw_norm = self._norm_sq(means)
+        count = self.count.clamp_min(1e-12)
+        # ||sum_k / n_k||_p = ||sum_k||_p / n_k: no [K, d] division for the norms.
+        raw_norm = self._norm_sq(self.feature_sum) / count.square()
         if self.norm_p != 2.0:
             spread = self.deviation_sum / self.count.clamp_min(1e-12)
         else:
-            spread = (self.sq_norm_sum / self.count.clamp_min(1e-12) - raw_norm).clamp_min(0.0)
+            spread = (self.sq_norm_sum / count - raw_norm).clamp_min(0.0)
         if self.center:
-            raw_norm = self._norm_sq(means - self.global_center())
+            raw_norm = self._norm_sq(self.means() - self.global_center())
         return raw_norm * self.seen(), spread
 
     def mean_sq_norm(self) -> torch.Tensor:
