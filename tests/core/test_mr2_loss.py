@@ -184,5 +184,24 @@ def test_bad_construction_messages(kwargs, message):
 
 
 def test_unknown_variant_lists_choices():
-    with pytest.raises(MR2InputError, match="choose one of: centered, lp5, paper, released, variance"):
+    with pytest.raises(MR2InputError, match="choose one of: centered, distance_1d, logit_only, lp5, paper, released, variance"):
         MR2Loss.from_variant("best", 3)
+
+
+def test_recommended_variants_change_only_their_setting():
+    torch.manual_seed(3)
+    logits, features = torch.randn(12, 4, dtype=torch.float64), torch.randn(12, 6, dtype=torch.float64)
+    target = torch.tensor([0, 1, 2, 3] * 3)
+    paper, logit_only = MR2Loss(4), MR2Loss.from_variant("logit_only", 4)
+    distance_1d = MR2Loss.from_variant("distance_1d", 4)
+    assert logit_only.lambda_rep == 0.0 and distance_1d.distance_temperature == "1d"
+    total = paper(logits, features, target)
+    assert torch.allclose(logit_only(logits, features, target), paper.parts.logit)
+    # T = d: the representation term of the same batch with squared distances divided by d = 6.
+    distance_1d(logits, features, target)
+    gamma = paper.temperatures()
+    assert torch.allclose(distance_1d.temperatures(), gamma)
+    margin = 2 * distance_1d.statistics.mean_spread()
+    expected = representation_margin_loss(features, target, margin, temperature=6.0)
+    assert torch.allclose(distance_1d.parts.representation, expected)
+    assert torch.allclose(total, paper.parts.logit + 0.1 * paper.parts.representation)

@@ -9,8 +9,9 @@ import pytest
 
 
 def write_spread_npz(path: Path, *, num_classes: int = 4, dim: int = 12, train_per_class: int = 40,
-                     test_per_class: int = 15, seed: int = 0) -> Path:
-    """Gaussian classes of growing spread saved as an .npz in the arrays format."""
+                     test_per_class: int = 15, seed: int = 0, drop_last_test: bool = True) -> Path:
+    """Gaussian classes of growing spread saved as an .npz in the arrays format (x_train, y_train,
+    x_test, y_test); ``drop_last_test`` leaves one test sample out (a test set of unequal classes)."""
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(num_classes, dim)) * 2.0
     def draw(per_class: int) -> tuple[np.ndarray, np.ndarray]:
@@ -20,7 +21,8 @@ def write_spread_npz(path: Path, *, num_classes: int = 4, dim: int = 12, train_p
         return x[order].astype(np.float32), y[order].astype(np.int64)
     x_train, y_train = draw(train_per_class)
     x_test, y_test = draw(test_per_class)
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test[:-1], y_test=y_test[:-1])
+    end = -1 if drop_last_test else None
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test[:end], y_test=y_test[:end])
     return path
 
 

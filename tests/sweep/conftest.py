@@ -6,25 +6,14 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from engine.conftest import write_spread_npz
 
 
 def write_npz(path: Path, *, num_classes: int = 4, dim: int = 8, train_per_class: int = 40,
               test_per_class: int = 15, seed: int = 0) -> Path:
-    """Gaussian classes of growing spread in the ``arrays`` format (x_train, y_train, x_test, y_test)."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(num_classes, dim)) * 2.0
-
-    def draw(per_class: int) -> tuple[np.ndarray, np.ndarray]:
-        y = np.repeat(np.arange(num_classes), per_class)
-        x = centers[y] + rng.normal(size=(len(y), dim)) * (0.5 + 0.5 * y[:, None])
-        order = rng.permutation(len(y))
-        return x[order].astype(np.float32), y[order].astype(np.int64)
-
-    x_train, y_train = draw(train_per_class)
-    x_test, y_test = draw(test_per_class)
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return path
+    """Gaussian classes of growing spread in the ``arrays`` format (the engine tests' data, 8-D)."""
+    return write_spread_npz(path, num_classes=num_classes, dim=dim, train_per_class=train_per_class,
+                            test_per_class=test_per_class, seed=seed, drop_last_test=False)
 
 
 def sweep_dict(npz: Path, output_dir: Path, **changes: Any) -> dict[str, Any]:

@@ -197,3 +197,21 @@ def test_cpu_presets_share_the_protocol():
     ]
     assert len(reference.seeds) >= 3 and reference.reference == "erm" == demo.reference
     assert demo.base == reference.base  # the demo's runs are the protocol's seed-0 ERM and MR2 runs
+
+
+def test_study_presets_use_the_protocol_and_label_their_variants():
+    reference = load_preset("fashion-mnist")
+    for name in ("fashion-mnist-tuning", "fashion-mnist-variants"):
+        study = load_preset(name)
+        assert study.base == reference.base, name  # same data split, model and schedule
+        assert study.reference == "erm" and study.methods[0].label == "erm"
+    variants = load_preset("fashion-mnist-variants")
+    assert len(variants.seeds) >= 5
+    points = {p.label: p for p in plan_sweep(variants) if p.seed == 0}
+    options = {label: config_to_dict(p.config)["method"]["options"] for label, p in points.items()}
+    assert options["mr2"] == {} and points["mr2"].method == "mr2"
+    assert options["mr2_logit"] == {"lambda_rep": 0.0}
+    assert options["mr2_centered"] == {"center_features": True}
+    assert options["mr2_variance"] == {"allocation": "spread"}
+    assert options["mr2_T10d"] == {"distance_temperature": "10d"}
+    assert all(points[label].method == "mr2" for label in options if label != "erm")

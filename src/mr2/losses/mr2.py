@@ -39,6 +39,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "centered": {"center_features": True},
     "variance": {"allocation": "spread"},
     "lp5": {"norm_p": 5.0},
+    # Measured on the Fashion-MNIST protocol (BENCHMARKS.md section 4): the paper's representation
+    # term with T = 1 costs accuracy; without it (logit_only) or with T = d (distance_1d) MR2 is at
+    # least as good as cross-entropy. logit_only is the project's recommended variant.
+    "logit_only": {"lambda_rep": 0.0},
+    "distance_1d": {"distance_temperature": "1d"},
     "released": {
         "norm_p": 5.0,
         "estimator": "batch",

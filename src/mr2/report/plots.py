@@ -203,7 +203,7 @@ def plot_tier_bars(
     """
     arrays = _check_curves(means, len(tier_names))
     spreads = _check_curves({m: stds[m] for m in arrays}, len(tier_names))
-    figure = Figure(figsize=(6.4, 4.0), layout="constrained")
+    figure = Figure(figsize=(7.6, 4.0), layout="constrained")
     axes = figure.subplots()
     width = 0.8 / len(arrays)
     positions = np.arange(len(tier_names))
@@ -221,7 +221,8 @@ def plot_tier_bars(
     axes.set_ylabel("tier accuracy (%), mean ± std over seeds")
     axes.set_title(title or "Accuracy per tier")
     axes.grid(alpha=0.3, axis="y")
-    axes.legend()
+    # Bars start at 0 (honest heights) and fill the axes: the legend goes to the right, outside.
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return save_figure(figure, stem)
 
 
