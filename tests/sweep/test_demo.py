@@ -27,12 +27,14 @@ def test_demo_runs_the_preset_and_prints_the_table(tmp_path, capsys):
             "--epochs", "1"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "mr2 demo: ERM vs MR2 on Fashion-MNIST (1 epoch, seed 0), 2 run(s) in parallel" in out
-    assert re.search(r"\[2/2\] done (erm|mr2)__seed=0", out)
+    assert "mr2 demo: ERM vs MR2 vs mr2_logit_only on Fashion-MNIST (1 epoch, seed 0), 2 run(s) in parallel" in out
+    assert re.search(r"\[3/3\] done (erm|mr2|mr2_logit_only)__seed=0", out)
     header = re.search(r"^method +overall +easy +medium +hard +worst class +\(which\)$", out, re.MULTILINE)
     assert header is not None
     assert re.search(r"^erm +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\S", out, re.MULTILINE)
     assert re.search(r"^mr2 - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
+    assert re.search(r"^mr2_logit_only - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
+    assert "mr2_logit_only: the recommended variant" in out
     report = tmp_path / "runs" / "demo" / "report" / "report.md"
     assert f"Report: {report}" in out and report.is_file()
     markdown = report.read_text()
