@@ -205,3 +205,18 @@ def test_recommended_variants_change_only_their_setting():
     expected = representation_margin_loss(features, target, margin, temperature=6.0)
     assert torch.allclose(distance_1d.parts.representation, expected)
     assert torch.allclose(total, paper.parts.logit + 0.1 * paper.parts.representation)
+
+
+def test_finiteness_check_counts_bad_values_and_accepts_sums_that_overflow():
+    from mr2.checks import check_finite
+
+    huge = torch.full((4, 3), 3.0e38)  # every value finite; their float32 sum overflows to inf
+    check_finite("features", huge)  # no error: the exact count finds nothing
+    bad = huge.clone()
+    bad[1, 2], bad[3, 0] = float("inf"), float("nan")
+    with pytest.raises(MR2InputError, match="features contain 2 non-finite"):
+        check_finite("features", bad)
+    half = torch.ones(8, 2, dtype=torch.float16)
+    half[0, 0] = float("-inf")
+    with pytest.raises(MR2InputError, match="logits contain 1 non-finite"):
+        check_finite("logits", half)
