@@ -113,7 +113,20 @@ def _test_values(score: SettingScore, output: ReportOutput, bottom_fraction: flo
     return values
 
 
-def _settings_markdown(selection: Selection, output: ReportOutput, bottom_fraction: float) -> list[str]:
+#: One row per (entry, setting): its label, its score and its test metrics per seed.
+SettingRow = tuple[str, SettingScore, dict[str, list[float]]]
+
+
+def _setting_rows(selection: Selection, output: ReportOutput, bottom_fraction: float) -> list[SettingRow]:
+    """The test metrics of every setting's runs, computed once for the markdown and the CSV."""
+    return [
+        (label, score, _test_values(score, output, bottom_fraction))
+        for label, scores in selection.settings.items()
+        for score in scores
+    ]
+
+
+def _settings_markdown(selection: Selection, output: ReportOutput, rows: Sequence[SettingRow]) -> list[str]:
     metric = "validation accuracy" if selection.select_by == "val_accuracy" else "validation worst class"
     columns = [(k, header) for k, header in output.comparison.metrics if k not in ("std", "bottom_mean")]
     if selection.tuned_labels():
@@ -139,17 +152,15 @@ def _settings_markdown(selection: Selection, output: ReportOutput, bottom_fracti
         + " | ".join(f"test {header}" for _, header in columns) + " |",
         "|---|---|---:|---:|" + "---:|" * len(columns),
     ]
-    for label, scores in selection.settings.items():
-        for score in scores:
-            values = _test_values(score, output, bottom_fraction)
-            seeds = f"{len(score.runs)}/{len(score.planned_seeds)}"
-            name = score.setting_name or "(no grid)"
-            if score.selected:
-                name = f"**{name}**"
-            cells = [_mean_cell(values.get(key, [])) for key, _ in columns]
-            lines.append(
-                f"| {label} | {name} | {seeds} | {_mean_cell(score.scores)} | " + " | ".join(cells) + " |"
-            )
+    for label, score, values in rows:
+        seeds = f"{len(score.runs)}/{len(score.planned_seeds)}"
+        name = score.setting_name or "(no grid)"
+        if score.selected:
+            name = f"**{name}**"
+        cells = [_mean_cell(values.get(key, [])) for key, _ in columns]
+        lines.append(
+            f"| {label} | {name} | {seeds} | {_mean_cell(score.scores)} | " + " | ".join(cells) + " |"
+        )
     lines.append("")
     tuned = selection.tuned_labels()
     if tuned:
@@ -160,7 +171,7 @@ def _settings_markdown(selection: Selection, output: ReportOutput, bottom_fracti
     return lines
 
 
-def _settings_csv(selection: Selection, output: ReportOutput, bottom_fraction: float) -> str:
+def _settings_csv(selection: Selection, output: ReportOutput, rows: Sequence[SettingRow]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     keys = [key for key, _ in output.comparison.metrics]
@@ -168,18 +179,16 @@ def _settings_csv(selection: Selection, output: ReportOutput, bottom_fraction: f
         ["method", "setting", "selected", "finished_seeds", "planned_seeds", f"{selection.select_by}_mean",
          f"{selection.select_by}_std", *(f"test_{key}_mean" for key in keys)]
     )
-    for label, scores in selection.settings.items():
-        for score in scores:
-            values = _test_values(score, output, bottom_fraction)
-            row: list[Any] = [
-                label, score.setting_name, int(score.selected), len(score.runs), len(score.planned_seeds),
-                "" if math.isnan(score.mean) else repr(score.mean),
-                "" if math.isnan(score.std) else repr(score.std),
-            ]
-            for key in keys:
-                mean = mean_std(values.get(key, []))[0]
-                row.append("" if math.isnan(mean) else repr(mean))
-            writer.writerow(row)
+    for label, score, values in rows:
+        row: list[Any] = [
+            label, score.setting_name, int(score.selected), len(score.runs), len(score.planned_seeds),
+            "" if math.isnan(score.mean) else repr(score.mean),
+            "" if math.isnan(score.std) else repr(score.std),
+        ]
+        for key in keys:
+            mean = mean_std(values.get(key, []))[0]
+            row.append("" if math.isnan(mean) else repr(mean))
+        writer.writerow(row)
     return buffer.getvalue()
 
 
@@ -242,7 +251,8 @@ def write_sweep_report(
     )
     failed = [o for o in outcomes if o.status == "failed"]
     atomic_write_json(directory / "selection.json", selection.to_dict())
-    atomic_write_text(directory / "settings.csv", _settings_csv(selection, output, options.bottom_fraction))
+    rows = _setting_rows(selection, output, options.bottom_fraction)
+    atomic_write_text(directory / "settings.csv", _settings_csv(selection, output, rows))
     output.files += [Path("selection.json"), Path("settings.csv")]
 
     planned = len(points)
@@ -255,7 +265,7 @@ def write_sweep_report(
         + f": {finished} of {planned} planned runs finished; {len(spec.seeds)} seed(s) "
         f"({', '.join(str(s) for s in spec.seeds)}); reference `{spec.reference}`.",
         "",
-        *_settings_markdown(selection, output, options.bottom_fraction),
+        *_settings_markdown(selection, output, rows),
         *_failures_markdown(failed, unreadable),
     ]
     markdown = output.markdown.rstrip("\n") + "\n\n" + "\n".join(sweep_lines)
