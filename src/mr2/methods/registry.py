@@ -48,6 +48,9 @@ BUILTIN_METHOD_MODULES: tuple[str, ...] = (
     "focal",
     "cdb",
     "mr2",
+    "center_loss",
+    "supcon",
+    "hbr",
 )
 
 _REGISTRY: dict[str, type[TrainingMethod]] = {}

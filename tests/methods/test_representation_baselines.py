@@ -1,0 +1,262 @@
+"""Center loss, SupCon and HBR: float64 oracles, reductions, invariances, options, the seam, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from methods import representation_oracles as oracle
+from methods.baseline_helpers import FEATURE_DIM, NUM_CLASSES, REGIMES, MiniEngine, make_context
+from mr2.functional.representation_baselines import (
+    center_distances,
+    center_update,
+    hardness_resampling_counts,
+    hbr_class_sample_counts,
+    supervised_contrastive_loss,
+)
+from mr2.methods import center_loss as center_module
+from mr2.methods import hbr as hbr_module
+from mr2.methods import supcon as supcon_module
+from mr2.methods.registry import MethodConfigError, build_method
+
+OPTIONS = {"center_loss": {"lambda_center": 0.5}, "supcon": {}, "hbr": {"stage1_epochs": 2}}
+EPOCHS = 4
+
+
+def _batch(b=10, d=FEATURE_DIM, k=NUM_CLASSES, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, k, (b,), generator=g)
+    target[0] = target[1]  # at least one positive pair
+    return (torch.randn(b, k, generator=g, dtype=torch.float64),
+            torch.randn(b, d, generator=g, dtype=torch.float64), target)
+
+
+# ----------------------------------------------------------------------------------- center loss
+
+
+@pytest.mark.parametrize("rule", ["paper", "reference"])
+def test_center_loss_and_update_match_the_loop_oracle(rule):
+    logits, features, target = _batch()
+    target[-1] = 0
+    target[target == 3] = 2  # class 3 absent: its centre must stay
+    method = build_method("center_loss", NUM_CLASSES, lambda_center=0.7, alpha=0.3, update=rule)
+    method.setup(make_context(10, torch.ones(NUM_CLASSES)))
+    method.centers = method.centers.double()
+    before = method.centers.clone()
+    loss = method(logits, features, target)
+    expected = oracle.center_loss_oracle(logits, features, before, target, 0.7)
+    assert loss.dtype == torch.float64 and loss.item() == pytest.approx(expected, rel=1e-12)
+    torch.testing.assert_close(method.centers, oracle.center_update_oracle(before, features, target, 0.3, rule))
+    assert torch.equal(method.centers[3], before[3])
+    method.eval()  # evaluation never moves the centres
+    method(logits, features, target)
+    torch.testing.assert_close(method.centers, oracle.center_update_oracle(before, features, target, 0.3, rule))
+
+
+def test_center_loss_gradient_reaches_features_only_and_lambda_zero_is_cross_entropy():
+    logits, features, target = _batch()
+    features.requires_grad_()
+    method = build_method("center_loss", NUM_CLASSES, lambda_center=2.0)
+    method.setup(make_context(10, torch.ones(NUM_CLASSES)))
+    centers = method.centers.double()
+    method.centers = centers.clone()
+    method(logits, features, target).backward()
+    expected = 2.0 / 2 * 2 * (features.detach() - centers[target]) / len(target)
+    torch.testing.assert_close(features.grad, expected)
+    assert list(method.parameters()) == []
+    zero = build_method("center_loss", NUM_CLASSES, lambda_center=0.0)
+    zero.setup(make_context(10, torch.ones(NUM_CLASSES)))
+    torch.testing.assert_close(zero(logits, features, target), F.cross_entropy(logits, target))
+
+
+def test_center_update_two_half_batches_equal_sums_and_permuting_classes_permutes_centres():
+    _, features, target = _batch(b=12)
+    centers = torch.randn(NUM_CLASSES, FEATURE_DIM, dtype=torch.float64)
+    counts = torch.bincount(target, minlength=NUM_CLASSES).double()
+    sums = torch.zeros(NUM_CLASSES, FEATURE_DIM, dtype=torch.float64).index_add_(0, target, features)
+    new = center_update(centers, counts, sums, 0.5)
+    perm = torch.tensor([2, 0, 3, 1])  # class k -> perm[k]
+    permuted = center_update(centers[perm.argsort()], counts[perm.argsort()], sums[perm.argsort()], 0.5)
+    torch.testing.assert_close(permuted, new[perm.argsort()])
+    torch.testing.assert_close(center_distances(features, centers, target),
+                               ((features - centers[target]) ** 2).sum(1))
+
+
+# ---------------------------------------------------------------------------------------- SupCon
+
+
+@pytest.mark.parametrize("temperature", [0.1, 0.5])
+def test_supcon_matches_the_reference_formula_loop(temperature):
+    _, features, target = _batch(b=9, d=6, seed=3)
+    target[4] = 3
+    target[target == 3] = 3
+    v = F.normalize(features, dim=1)
+    got = supervised_contrastive_loss(v, target, temperature=temperature, base_temperature=0.07)
+    expected = oracle.supcon_oracle(v, target, temperature, 0.07)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+def test_supcon_anchors_against_a_larger_contrast_set_equal_the_full_batch_rows():
+    _, features, target = _batch(b=10, d=6, seed=4)
+    v = F.normalize(features, dim=1)
+    full = supervised_contrastive_loss(v, target)
+    part = supervised_contrastive_loss(v[4:7], target[4:7], v, target, anchor_offset=4)
+    torch.testing.assert_close(part, full[4:7])
+    perm = torch.randperm(10)
+    torch.testing.assert_close(supervised_contrastive_loss(v[perm], target[perm]), full[perm])
+    relabel = torch.tensor([3, 1, 0, 2])[target]  # renaming classes changes nothing
+    torch.testing.assert_close(supervised_contrastive_loss(v, relabel), full)
+
+
+def test_supcon_method_is_ce_plus_weighted_supcon_on_the_normalised_projection():
+    logits, features, target = _batch()
+    method = build_method("supcon", NUM_CLASSES, weight=0.5, head="linear", projection_dim=3)
+    method.setup(make_context(10, torch.ones(NUM_CLASSES)))
+    method.double()
+    loss = method(logits, features, target)
+    v = F.normalize(method.head(features), dim=1).detach()
+    expected = F.cross_entropy(logits, target).detach() + 0.5 * torch.tensor(
+        oracle.supcon_oracle(v, target, 0.1, 0.07), dtype=torch.float64
+    ).mean()
+    torch.testing.assert_close(loss.detach(), expected)
+    assert {n for n, _ in method.named_parameters()} == {"head.weight", "head.bias"}
+    mlp = build_method("supcon", NUM_CLASSES)
+    mlp.setup(make_context(10, torch.ones(NUM_CLASSES)))
+    again = build_method("supcon", NUM_CLASSES)
+    again.setup(make_context(10, torch.ones(NUM_CLASSES)))
+    for a, b in zip(mlp.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # the same head on every rank and every resume
+
+
+# ------------------------------------------------------------------------------------------- HBR
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0, 3.5])
+@pytest.mark.parametrize("shift", [0.0, -2.0])
+def test_hbr_class_counts_match_the_reference_allocation(alpha, shift):
+    hardness = torch.tensor([1.5, 0.2, 3.0, 0.9, 2.2], dtype=torch.float64) + shift
+    got = hbr_class_sample_counts(hardness, 1000, alpha)
+    assert got.tolist() == oracle.hbr_counts_oracle(hardness, 1000, alpha)
+    assert int(got.argmax()) == 1  # the smallest AUM: the hardest class gets the most samples
+
+
+def test_hbr_resampling_keeps_the_hardest_and_draws_the_rest_within_the_class():
+    g = torch.Generator().manual_seed(5)
+    target = torch.randint(0, 3, (40,), generator=g)
+    hardness = torch.randn(40, generator=g, dtype=torch.float64)
+    hardness[3] = hardness[7]  # a tie: resolved by index
+    wanted = torch.tensor([5, 20, 9])
+    counts = hardness_resampling_counts(hardness, target, wanted, torch.Generator().manual_seed(0))
+    keep, extra = oracle.hbr_resample_oracle(hardness, target, wanted)
+    have = torch.bincount(target, minlength=3)
+    per_class = torch.zeros(3, dtype=torch.long).index_add_(0, target, counts)
+    assert per_class.tolist() == [max(w, h) if w > h else w for w, h in zip(wanted.tolist(), have.tolist())]
+    assert (counts >= torch.tensor(keep)).all() and ((counts > 0) <= (torch.tensor(keep) > 0)).all()
+    for k in range(3):
+        members = target == k
+        assert int((counts - torch.tensor(keep))[members].sum()) == extra[k]
+    none = hardness_resampling_counts(hardness, target, wanted, torch.Generator(), undersample=False,
+                                      oversample=False)
+    assert torch.equal(none, torch.ones(40, dtype=torch.long))
+
+
+def test_hbr_measures_aum_in_stage_one_and_resamples_after_it():
+    engine = MiniEngine("hbr", {"stage1_epochs": 2}, "scratch", EPOCHS)
+    method = engine.method
+    seen = []
+    def record(module, args, output):
+        if module.training:  # the training batches, not the validation passes
+            seen.append(output[0].detach())
+
+    engine.model.register_forward_hook(record)
+    engine.run_epochs(0, 2)
+    assert engine.resets == [1] and bool(method.frozen)
+    expected = torch.zeros(engine.n, dtype=torch.float64)
+    orders = [torch.randperm(engine.n, generator=torch.Generator().manual_seed(1000 + e)) for e in range(2)]
+    batches = [batch for order in orders for batch in order.split(12)]
+    for logits, batch in zip(seen, batches, strict=True):  # the oracle: one sample at a time
+        for row, i in enumerate(batch.tolist()):
+            z, y = logits[row].double().tolist(), int(engine.target[i])
+            expected[i] += z[y] - max(v for k, v in enumerate(z) if k != y)
+    torch.testing.assert_close(method.aum_sum, expected)
+    assert torch.equal(method.aum_count, torch.full((engine.n,), 2))
+    assert torch.equal(method.labels, engine.target)
+    class_hardness = torch.zeros(NUM_CLASSES, dtype=torch.float64).index_add_(0, engine.target, expected / 2) / 12
+    torch.testing.assert_close(method.class_hardness, class_hardness)
+    wanted = hbr_class_sample_counts(class_hardness, engine.n)
+    assert method.class_statistics()["resampled_count"].tolist() == wanted.tolist()
+    indices = method.epoch_indices(2, torch.Generator().manual_seed(0))
+    assert torch.equal(torch.bincount(indices, minlength=engine.n), method.multiplicity)
+
+
+# ---------------------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("center_loss", {"lambda_center": -1}, center_module.BAD_LAMBDA.format(value=-1)),
+        ("center_loss", {"alpha": 0}, center_module.BAD_ALPHA.format(value=0)),
+        ("center_loss", {"update": "sgd"}, center_module.BAD_UPDATE.format(value="sgd")),
+        ("supcon", {"temperature": 0}, supcon_module.BAD_POSITIVE.format(name="temperature", value=0)),
+        ("supcon", {"head": "deep"}, supcon_module.BAD_HEAD.format(value="deep")),
+        ("supcon", {"pairs": "all"}, supcon_module.BAD_PAIRS.format(value="all")),
+        ("supcon", {"projection_dim": 0}, supcon_module.BAD_DIM.format(value=0)),
+        ("supcon", {"weight": -0.1}, supcon_module.BAD_WEIGHT.format(value=-0.1)),
+        ("hbr", {"alpha": 0.5}, hbr_module.BAD_ALPHA.format(value=0.5)),
+        ("hbr", {"oversampling": "SMOTE"}, hbr_module.BAD_OVERSAMPLING.format(value="SMOTE")),
+        ("hbr", {"undersampling": "hard"}, hbr_module.BAD_UNDERSAMPLING.format(value="hard")),
+        ("hbr", {"stage1_epochs": 0}, hbr_module.BAD_STAGE1.format(epochs="?", value=0)),
+    ],
+)
+def test_bad_options_name_the_option_and_the_valid_values(name, options, message):
+    with pytest.raises(MethodConfigError) as error:
+        build_method(name, NUM_CLASSES, **options)
+    assert str(error.value) == message
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(MethodConfigError, match=r"unknown option\(s\) \['temp'\] for method 'supcon'"):
+        build_method("supcon", NUM_CLASSES, temp=0.1)
+
+
+def test_hbr_stage_one_must_leave_a_second_stage():
+    method = build_method("hbr", NUM_CLASSES, stage1_epochs=4)
+    with pytest.raises(MethodConfigError, match="smaller than the number of epochs"):
+        method.setup(make_context(10, torch.ones(NUM_CLASSES), epochs=4))
+
+
+# ------------------------------------------------------------------------------- seam and resume
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_trains_in_every_regime_and_resumes_exactly(name, regime):
+    full = MiniEngine(name, OPTIONS[name], regime, EPOCHS)
+    full.run_epochs(0, EPOCHS, keep_checkpoints_after=(0, 2))
+    assert full.resets == ([1] if name == "hbr" else [])
+    for last in (0, 2):  # before and after HBR's stage boundary
+        done, checkpoint = full.kept[last]
+        resumed = MiniEngine(name, OPTIONS[name], regime, EPOCHS)
+        resumed.resume(checkpoint)
+        resumed.run_epochs(last + 1, EPOCHS)
+        assert resumed.losses == full.losses[done:], f"resume after epoch {last}"
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_one_step_under_bfloat16_autocast_gives_a_float32_loss(name):
+    engine = MiniEngine(name, OPTIONS[name], "scratch", EPOCHS)
+    method, model = engine.method, engine.model
+    method.train()
+    method.on_epoch_start(0)
+    index = torch.arange(12)
+    x, target = engine.x[index], engine.target[index]
+    method.on_batch(x, target, index)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, features = model(x)
+        loss = method(logits, features, target)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert model.classifier.weight.grad is not None
