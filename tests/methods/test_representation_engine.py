@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import yaml
 
+from core.test_distributed import torchrun
 from engine.conftest import base_config, write_spread_npz
 from mr2.cli.main import main
 from mr2.config import config_from_dict
 from mr2.engine import TrainingSession, train
 from mr2.engine.checkpoint import load_checkpoint
 
+DDP_WORKER = Path(__file__).parents[1] / "engine" / "ddp_train_worker.py"
 NAMES = ("center_loss", "supcon", "hbr")
 
 
@@ -75,3 +79,27 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(spread_npz, tmp_path, n
         for part in ("model", "method"):
             for key in a[part]:
                 torch.testing.assert_close(a[part][key], b[part][key], msg=f"{part}.{key}")
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
+@pytest.mark.parametrize("name", NAMES)
+def test_two_processes_equal_one_process_with_double_batch(tmp_path, name):
+    """torchrun with 2 gloo ranks x batch 8 ends with the state of 1 process x batch 16 (centres,
+    SupCon head over the global batch, HBR's AUM records and resampled set)."""
+    npz = write_spread_npz(tmp_path / "d.npz", train_per_class=41)
+    options = {"hbr": {"stage1_epochs": 1}}.get(name, {})
+    runs = {}
+    for run, batch in (("ddp", 8), ("single", 16)):
+        config = base_config(npz, tmp_path, name=run, method={"name": name, "options": options})
+        config["data"] = {**config["data"], "val_fraction": 0.0, "batch_size": batch}
+        runs[run] = config
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text(yaml.safe_dump(runs["ddp"]))
+    torchrun(DDP_WORKER, str(config_file))
+    train(config_from_dict(runs["single"]), quiet=True)
+    a = load_checkpoint(tmp_path / "ddp" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")
+    for part in ("model", "method"):
+        for key in b[part]:
+            torch.testing.assert_close(a[part][key], b[part][key], rtol=1e-4, atol=1e-5, msg=f"{part}.{key}")

@@ -15,6 +15,7 @@ __all__ = [
     "ModelSection",
     "OptimSection",
     "RunConfig",
+    "SAMSection",
     "config_from_dict",
     "config_to_dict",
 ]
@@ -73,8 +74,16 @@ class MethodSection:
 
 
 @dataclass
+class SAMSection:
+    """Sharpness-aware minimisation around the optimiser (``optim.sam``; docs/methods/sam.md)."""
+
+    rho: float = 0.05
+    adaptive: bool = False
+
+
+@dataclass
 class OptimSection:
-    """Optimiser, schedule and numerics."""
+    """Optimiser, schedule and numerics; ``sam`` (null: off) makes every step a SAM / ASAM step."""
 
     name: Literal["sgd", "adamw"] = "sgd"
     lr: float = 0.05
@@ -86,6 +95,7 @@ class OptimSection:
     scheduler: Literal["cosine", "constant"] = "cosine"
     grad_clip: float | None = None
     amp: Literal["none", "bf16", "fp16"] = "none"
+    sam: SAMSection | None = None
 
 
 @dataclass
@@ -125,6 +135,7 @@ def _check_values(config: RunConfig) -> None:
         ("optim.weight_decay", config.optim.weight_decay >= 0, "must be >= 0"),
         ("optim.grad_clip", config.optim.grad_clip is None or config.optim.grad_clip > 0,
          "must be null or > 0"),
+        ("optim.sam.rho", config.optim.sam is None or config.optim.sam.rho >= 0, "must be >= 0"),
         ("checkpoint_every", config.checkpoint_every >= 1, "must be >= 1"),
         ("log_every", config.log_every >= 1, "must be >= 1"),
         ("name", bool(config.name) and "/" not in config.name, "must be a non-empty name without '/'"),
@@ -171,6 +182,15 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True
 
 
+def _optional_section(annotation: Any, value: Any) -> Any:
+    """``Section | None`` with a mapping value: the section (e.g. ``optim.sam``); else as is."""
+    if get_origin(annotation) in (Union, types.UnionType) and isinstance(value, dict):
+        sections = [a for a in get_args(annotation) if dataclasses.is_dataclass(a)]
+        if len(sections) == 1:
+            return sections[0]
+    return annotation
+
+
 def _build(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(NOT_A_MAPPING.format(path=path or "<root>", value=data))
@@ -181,7 +201,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
         key_path = f"{path}.{key}" if path else str(key)
         if key not in names:
             raise ConfigError(UNKNOWN_KEY.format(path=key_path, valid=", ".join(names)))
-        annotation = hints[key]
+        annotation = _optional_section(hints[key], value)
         if dataclasses.is_dataclass(annotation):
             kwargs[key] = _build(annotation, value, key_path)  # type: ignore[arg-type]
             continue

@@ -6,6 +6,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 
 from mr2 import distributed
 from mr2.methods.base import TrainingMethod
+from mr2.optim.sam import SAM
 from mr2.report.confusion import confusion_matrix
 from mr2.report.margins import logit_margins, per_class_margin_summary
 
@@ -31,6 +33,8 @@ class StepSetup:
         log_every: steps between host syncs for the progress display.
         process_group: torch.distributed group (gradients of the method's own parameters are
             averaged over it; the model's are averaged by DistributedDataParallel).
+        sam: a :class:`~mr2.optim.SAM` around the optimiser (``optim.sam``), or None: each step then
+            takes the gradients at the sharpness-aware point (two forward/backward passes).
     """
 
     device: torch.device
@@ -39,6 +43,7 @@ class StepSetup:
     grad_clip: float | None = None
     log_every: int = 50
     process_group: Any = None
+    sam: SAM | None = None
 
 
 @dataclass
@@ -56,6 +61,13 @@ def _autocast(setup: StepSetup) -> contextlib.AbstractContextManager[Any]:
     return torch.autocast(device_type=setup.device.type, dtype=setup.amp_dtype)
 
 
+def _backward(loss: torch.Tensor, setup: StepSetup) -> None:
+    if setup.scaler is not None:
+        setup.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+
+
 def _average_method_gradients(method: nn.Module, group: Any) -> None:
     """Average the gradients of the method's own parameters (e.g. LfF's biased model) over ranks."""
     grads = [p.grad for p in method.parameters() if p.grad is not None]
@@ -67,6 +79,18 @@ def _average_method_gradients(method: nn.Module, group: Any) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def _sam_second_pass(
+    model: nn.Module, method: TrainingMethod, inputs: torch.Tensor, target: torch.Tensor,
+    index: torch.Tensor, setup: StepSetup,
+) -> None:
+    """SAM's second forward/backward on the same batch (at the perturbed weights)."""
+    method.on_batch(inputs, target, index)
+    with _autocast(setup):
+        logits, features = model(inputs)
+        loss = method(logits, features, target)
+    _backward(loss, setup)
 
 
 def train_one_epoch(
@@ -82,7 +106,9 @@ def train_one_epoch(
     """Train ``model`` for one pass over ``loader`` (items ``(inputs, target, index)``).
 
     The AMP order is scale, backward, unscale, clip, step. Loss and accuracy are accumulated on the
-    device and read on the host only every ``setup.log_every`` steps and at the end.
+    device and read on the host only every ``setup.log_every`` steps and at the end. With
+    ``setup.sam`` the backward is SAM's two passes (:meth:`~mr2.optim.SAM.sharpness_aware_gradients`);
+    the loss and accuracy recorded are the first pass's (at the unperturbed weights).
     """
     model.train()
     method.train()
@@ -96,16 +122,21 @@ def train_one_epoch(
         inputs = inputs.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
         index = index.to(device, non_blocking=True)
+        method_state = setup.sam.snapshot(method) if setup.sam is not None else None
         method.on_batch(inputs, target, index)
-        with _autocast(setup):
-            logits, features = model(inputs)
-            loss = method(logits, features, target)
-        optimizer.zero_grad(set_to_none=True)
+        with SAM.first_pass(setup.sam, model):  # under DDP with SAM: no_sync
+            with _autocast(setup):
+                logits, features = model(inputs)
+                loss = method(logits, features, target)
+            optimizer.zero_grad(set_to_none=True)
+            _backward(loss, setup)
+        if setup.sam is not None:
+            setup.sam.sharpness_aware_gradients(
+                model, method, partial(_sam_second_pass, model, method, inputs, target, index, setup),
+                method_state,
+            )
         if setup.scaler is not None:
-            setup.scaler.scale(loss).backward()
             setup.scaler.unscale_(optimizer)
-        else:
-            loss.backward()
         _average_method_gradients(method, setup.process_group)
         if setup.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(params, setup.grad_clip)

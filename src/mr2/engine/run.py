@@ -27,6 +27,7 @@ from mr2.engine.samplers import ShardedEpochSampler, shard_for_eval
 from mr2.io import append_jsonl, atomic_write_json, atomic_write_text
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import build_method
+from mr2.optim.sam import SAM
 
 __all__ = ["RunError", "TrainingSession", "evaluate_run", "train"]
 
@@ -229,6 +230,7 @@ class TrainingSession:
             )
         else:
             self.optimizer = torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay)
+        self.sam = SAM(self.optimizer, optim.sam.rho, optim.sam.adaptive) if optim.sam is not None else None
         steps = len(self._train_loader(first_epoch))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
@@ -309,6 +311,7 @@ class TrainingSession:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+            "sam": self.sam.state_dict() if self.sam is not None else {},
             "epoch": epoch,
             "best_val_accuracy": best,
             "rng": rng_state(),
@@ -329,6 +332,8 @@ class TrainingSession:
         self.scheduler.load_state_dict(payload["scheduler"])
         if self.scaler is not None and payload["scaler"]:
             self.scaler.load_state_dict(payload["scaler"])
+        if self.sam is not None and payload.get("sam"):
+            self.sam.load_state_dict(payload["sam"])
         set_rng_state(payload["rng"])
         self._log(f"resumed {self.run_dir} after epoch {payload['epoch']}")
         return int(payload["epoch"]), float(payload["best_val_accuracy"])
@@ -358,7 +363,7 @@ class TrainingSession:
                 self.train_model, self.method, self._progress(loader, epoch), self.optimizer,
                 self.scheduler,
                 StepSetup(self.device, self.amp_dtype, self.scaler, config.optim.grad_clip,
-                          config.log_every, self.group),
+                          config.log_every, self.group, self.sam),
             )
             self.method.on_epoch_end(epoch)
             record: dict[str, Any] = {
