@@ -39,7 +39,7 @@ def spec(**changes):
          "method entry 'erm': unknown option 'c_bar' for method 'erm'; valid options: ['label_smoothing']."),
         ({"grid": {"method.options.gamma": [1, 2]}}, "method entry 'erm': unknown option 'gamma' for method 'erm'"),
         ({"methods": {"erm": {}, "centred": {}}},
-         "method entry 'centred': unknown method 'centred'; valid methods: cdb, erm, "),
+         "method entry 'centred': unknown method 'centred'; valid methods: cdb, center_loss, erm, "),
         ({"methods": {"erm": {}, "a/b": {}}}, "method entry label 'a/b' must be a non-empty name"),
         ({"methods": {}}, "sweep key 'methods' must map at least one entry label"),
         ({"reference": "lff"}, "reference 'lff' is not a method entry of the sweep; entries: erm, mr2."),
