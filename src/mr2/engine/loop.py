@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from functools import partial
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
@@ -30,7 +30,7 @@ class StepSetup:
         amp_dtype: None (float32), torch.bfloat16 or torch.float16 for autocast.
         scaler: a GradScaler for float16, else None.
         grad_clip: max global gradient norm, or None.
-        log_every: steps between host syncs for the progress display.
+        log_every: steps between host syncs for step-level logging (progress bar, TensorBoard).
         process_group: torch.distributed group (gradients of the method's own parameters are
             averaged over it; the model's are averaged by DistributedDataParallel).
         sam: a :class:`~mr2.optim.SAM` around the optimiser (``optim.sam``), or None: each step then
@@ -48,6 +48,9 @@ class StepSetup:
 
 @dataclass
 class EpochResult:
+    """One epoch, summed over ranks: mean loss and accuracy, samples, wall time, and the epoch means
+    of the method's logged values (``loss_logit``, ``loss_rep``, ...)."""
+
     loss: float
     accuracy: float
     samples: int
@@ -68,6 +71,18 @@ def _backward(loss: torch.Tensor, setup: StepSetup) -> None:
         loss.backward()
 
 
+def _sam_second_pass(
+    model: nn.Module, method: TrainingMethod, inputs: torch.Tensor, target: torch.Tensor,
+    index: torch.Tensor, setup: StepSetup,
+) -> None:
+    """SAM's second forward/backward on the same batch (at the perturbed weights)."""
+    method.on_batch(inputs, target, index)
+    with _autocast(setup):
+        logits, features = model(inputs)
+        loss = method(logits, features, target)
+    _backward(loss, setup)
+
+
 def _average_method_gradients(method: nn.Module, group: Any) -> None:
     """Average the gradients of the method's own parameters (e.g. LfF's biased model) over ranks."""
     grads = [p.grad for p in method.parameters() if p.grad is not None]
@@ -79,18 +94,6 @@ def _average_method_gradients(method: nn.Module, group: Any) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
-
-
-def _sam_second_pass(
-    model: nn.Module, method: TrainingMethod, inputs: torch.Tensor, target: torch.Tensor,
-    index: torch.Tensor, setup: StepSetup,
-) -> None:
-    """SAM's second forward/backward on the same batch (at the perturbed weights)."""
-    method.on_batch(inputs, target, index)
-    with _autocast(setup):
-        logits, features = model(inputs)
-        loss = method(logits, features, target)
-    _backward(loss, setup)
 
 
 def train_one_epoch(
@@ -105,10 +108,13 @@ def train_one_epoch(
 ) -> EpochResult:
     """Train ``model`` for one pass over ``loader`` (items ``(inputs, target, index)``).
 
-    The AMP order is scale, backward, unscale, clip, step. Loss and accuracy are accumulated on the
-    device and read on the host only every ``setup.log_every`` steps and at the end. With
-    ``setup.sam`` the backward is SAM's two passes (:meth:`~mr2.optim.SAM.sharpness_aware_gradients`);
-    the loss and accuracy recorded are the first pass's (at the unperturbed weights).
+    The AMP order is scale, backward, unscale, clip, step. Loss, accuracy and the method's
+    :meth:`~mr2.methods.base.TrainingMethod.log_values` are accumulated on the device; the host reads
+    them only every ``setup.log_every`` steps (``progress(step, values)``: that step's loss and
+    parts) and at the end. ``EpochResult.values`` are the sample-weighted epoch means of the
+    method's log values over all ranks. With ``setup.sam`` the backward is SAM's two passes
+    (:meth:`~mr2.optim.SAM.sharpness_aware_gradients`); loss, accuracy and log values are the first
+    pass's (at the unperturbed weights).
     """
     model.train()
     method.train()
@@ -118,6 +124,7 @@ def train_one_epoch(
     samples = 0
     start = time.perf_counter()
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    value_sums: dict[str, torch.Tensor] = {}
     for step, (inputs, target, index) in enumerate(loader):
         inputs = inputs.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
@@ -130,6 +137,7 @@ def train_one_epoch(
                 loss = method(logits, features, target)
             optimizer.zero_grad(set_to_none=True)
             _backward(loss, setup)
+        step_values = method.log_values()
         if setup.sam is not None:
             setup.sam.sharpness_aware_gradients(
                 model, method, partial(_sam_second_pass, model, method, inputs, target, index, setup),
@@ -147,15 +155,24 @@ def train_one_epoch(
             optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        loss_sum += loss.detach() * target.shape[0]
+        batch = target.shape[0]
+        loss_sum += loss.detach() * batch
         correct += (logits.detach().argmax(dim=1) == target).sum()
-        samples += target.shape[0]
+        samples += batch
+        for key, value in step_values.items():
+            weighted = value.detach().float() * batch
+            value_sums[key] = value_sums[key] + weighted if key in value_sums else weighted
         if progress is not None and (step + 1) % setup.log_every == 0:
-            progress(step + 1, {"loss": float(loss_sum) / samples, "acc": float(correct) / samples})
-    totals = torch.stack([loss_sum, correct.to(loss_sum.dtype), torch.tensor(float(samples), device=device)])
+            shown = {"loss": float(loss.detach()), **{k: float(v) for k, v in step_values.items()}}
+            progress(step + 1, shown)
+    keys = sorted(value_sums)
+    totals = torch.stack(
+        [loss_sum, correct.to(loss_sum.dtype), torch.tensor(float(samples), device=device)]
+        + [value_sums[k].to(loss_sum.dtype) for k in keys]
+    )
     distributed.all_reduce_sum_(totals, setup.process_group)
-    values = {k: float(v) for k, v in method.log_values().items()}
     n = max(float(totals[2]), 1.0)
+    values = {k: float(totals[3 + i]) / n for i, k in enumerate(keys)}
     return EpochResult(
         float(totals[0]) / n, float(totals[1]) / n, int(totals[2]), time.perf_counter() - start, values
     )

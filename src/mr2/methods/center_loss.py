@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from mr2 import distributed
 from mr2.checks import check_classification_inputs, check_num_classes
 from mr2.functional.class_sums import class_sums
+from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import CenterUpdate, center_distances, center_update
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import MethodConfigError, register_method
@@ -38,6 +39,8 @@ class CenterLoss(TrainingMethod):
     all-reduced before the update, so every rank holds the same centres (2 ranks x B = 1 x 2B).
     They start from a standard normal draw (as the reference's ``torch.randn``), from a generator
     seeded with ``init_seed`` so that every rank and every resume starts from the same centres.
+
+    ``log_values()``: ``loss_ce`` and ``loss_center`` (the mean squared distance, before lambda/2).
 
     Args:
         num_classes: K.
@@ -82,7 +85,6 @@ class CenterLoss(TrainingMethod):
         self.init_seed = int(init_seed)
         self.register_buffer("centers", torch.zeros(0))
         self._group: Any = None
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         generator = torch.Generator().manual_seed(self.init_seed)
@@ -96,13 +98,12 @@ class CenterLoss(TrainingMethod):
         check_classification_inputs(logits, features, target, self.num_classes)
         if self.centers.dim() != 2:
             raise MethodConfigError(NOT_SET_UP)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
-        ce = F.cross_entropy(logits.to(dtype), target)
+        ce = F.cross_entropy(logits.to(working_dtype(logits)), target)
         distance = center_distances(features, self.centers, target).mean()
         loss = ce + 0.5 * self.lambda_center * distance
         if self.training:
             self._update_centers(features.detach(), target)
-        self._last = {"loss_ce": ce.detach(), "loss_center": distance.detach()}
+        self.record(loss_ce=ce, loss_center=distance)
         return loss
 
     @torch.no_grad()
@@ -111,10 +112,6 @@ class CenterLoss(TrainingMethod):
         packed = torch.cat([sums.counts.unsqueeze(1).float(), sums.feature_sums.float()], dim=1)
         distributed.all_reduce_sum_(packed, self._group)
         self.centers.copy_(center_update(self.centers, packed[:, 0], packed[:, 1:], self.alpha, self.update))
-
-    def log_values(self) -> dict[str, torch.Tensor]:
-        """Cross-entropy and the mean squared distance to the centres (before lambda / 2)."""
-        return dict(self._last)
 
     def class_statistics(self) -> dict[str, torch.Tensor]:
         """Per-class squared norm of the centre ([K])."""

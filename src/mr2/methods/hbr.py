@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mr2 import distributed
 from mr2.checks import check_classification_inputs, check_num_classes
+from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import MethodConfigError, register_method
@@ -115,7 +116,6 @@ class HBR(TrainingMethod):
         self._epoch = 0
         self._index: torch.Tensor | None = None
         self._seed = 0
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         t = self.requested_stage1_epochs
@@ -149,7 +149,7 @@ class HBR(TrainingMethod):
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
+        dtype = working_dtype(logits)
         loss = F.cross_entropy(logits.to(dtype), target)
         if self.training and self._epoch < self.stage1_epochs:
             if self._index is None:
@@ -160,7 +160,7 @@ class HBR(TrainingMethod):
                 self.epoch_count.index_add_(0, self._index, torch.ones_like(self._index))
                 self.labels[self._index] = target.to(self.labels.device)
         self._index = None
-        self._last = {"loss": loss.detach()}
+        self.record(loss=loss)
         return loss
 
     def on_epoch_end(self, epoch: int) -> None:
@@ -214,7 +214,7 @@ class HBR(TrainingMethod):
 
     def log_values(self) -> dict[str, torch.Tensor]:
         """The loss and the size of the resampled set (0 until it is built)."""
-        return {**self._last, "resampled_size": self.multiplicity.sum()}
+        return {**super().log_values(), "resampled_size": self.multiplicity.sum()}
 
     def class_statistics(self) -> dict[str, torch.Tensor]:
         """Per-class hardness (mean AUM of stage 1; 0 until measured) and resampled count ([K])."""

@@ -10,6 +10,7 @@ from torch import nn
 
 from mr2 import distributed
 from mr2.checks import check_classification_inputs, check_num_classes
+from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import supervised_contrastive_loss
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import MethodConfigError, register_method
@@ -49,6 +50,8 @@ class SupCon(TrainingMethod):
     ``pairs: global``), so 2 ranks x B give the gradients of 1 process x 2B. The head's parameters
     belong to the method (optimised with the model, averaged over ranks by the engine) and are
     initialised from ``init_seed``, identically on every rank.
+
+    ``log_values()``: ``loss_ce`` and ``loss_supcon`` (before the weight).
 
     One stage, one view: the paper pre-trains the encoder with SupCon alone on two augmented views
     and then trains a linear classifier on frozen features; here both terms train together on the
@@ -104,7 +107,6 @@ class SupCon(TrainingMethod):
         self.init_seed = int(init_seed)
         self.head: nn.Module | None = None
         self._group: Any = None
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         d = context.feature_dim
@@ -124,16 +126,15 @@ class SupCon(TrainingMethod):
         if self.head is None:
             raise MethodConfigError(NOT_SET_UP)
         projected = self.head(features)
-        return F.normalize(projected.to(torch.promote_types(projected.dtype, torch.float32)), dim=1)
+        return F.normalize(projected.to(working_dtype(projected)), dim=1)
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, features, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
-        ce = F.cross_entropy(logits.to(dtype), target)
+        ce = F.cross_entropy(logits.to(working_dtype(logits)), target)
         if self.weight == 0:
-            self._last = {"loss_ce": ce.detach()}
+            self.record(loss_ce=ce)
             return ce
         embeddings = self.embed(features)
         contrasts, contrast_target, offset = embeddings, target, 0
@@ -144,9 +145,5 @@ class SupCon(TrainingMethod):
             embeddings, target, contrasts, contrast_target, anchor_offset=offset,
             temperature=self.temperature, base_temperature=self.base_temperature,
         ).mean()
-        self._last = {"loss_ce": ce.detach(), "loss_supcon": supcon.detach()}
+        self.record(loss_ce=ce, loss_supcon=supcon)
         return ce + self.weight * supcon
-
-    def log_values(self) -> dict[str, torch.Tensor]:
-        """Cross-entropy and the SupCon term (before the weight)."""
-        return dict(self._last)

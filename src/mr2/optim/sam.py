@@ -171,8 +171,8 @@ class SAM:
     def first_pass(sam: SAM | None, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Context of the first pass's forward AND backward: ``model.no_sync()`` when ``sam`` is set
         and ``model`` is DistributedDataParallel (each rank perturbs with its own gradient, as the SAM
-        paper and the reference's DDP note say; DDP decides at the forward whether the backward
-        synchronises, so the forward must be inside), else a no-op."""
+        paper and the reference's DDP note say; PyTorch's ``no_sync`` documentation requires the
+        forward inside too), else a no-op."""
         return _no_sync(model) if sam is not None else contextlib.nullcontext()
 
     def sharpness_aware_gradients(
