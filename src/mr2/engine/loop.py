@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from functools import partial
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
