@@ -140,3 +140,38 @@ def test_config_section():
         config_from_dict({"optim": {"sam": {"rho": -0.1}}})
     with pytest.raises(ConfigError, match=r"unknown config key 'optim.sam.radius'; valid keys here: rho, adaptive"):
         config_from_dict({"optim": {"sam": {"radius": 0.1}}})
+
+
+def test_second_pass_sees_the_method_state_of_before_the_step():
+    """Center loss + SAM equals the hand-written step whose second pass uses the centres c_0 the
+    first pass started from (the same objective), and which keeps the first pass's update c_1."""
+    model, data = make_net(torch.float64), batches(steps=1, dtype=torch.float64)
+    method = build_method("center_loss", K, lambda_center=2.0, alpha=0.5)
+    method.setup(MethodContext(K, 8, torch.ones(K), HIDDEN, torch.device("cpu"), 1))
+    method.double()
+    hand_model, hand_method = copy.deepcopy(model), copy.deepcopy(method)
+    x, y, _ = data[0]
+    params = list(hand_model.parameters())
+    c0 = hand_method.centers.clone()
+    hand_model.train()
+    hand_method.train()
+    hand_method(*hand_model(x), y).backward()
+    c1 = hand_method.centers.clone()
+    with torch.no_grad():
+        old = [p.detach().clone() for p in params]
+        for p, e in zip(params, sam_perturbation_oracle([p.detach() for p in params],
+                                                        [p.grad for p in params], 0.2, False), strict=True):
+            p.add_(e)
+    for p in params:
+        p.grad = None
+    hand_method.centers.copy_(c0)
+    with frozen_batchnorm_statistics(hand_model):
+        hand_method(*hand_model(x), y).backward()
+    with torch.no_grad():
+        for p, o in zip(params, old, strict=True):
+            p.copy_(o - 0.1 * p.grad)  # restore w, then plain SGD with the second pass's gradient
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_one_epoch(model, method, data, optimizer, None, StepSetup(torch.device("cpu"), sam=SAM(optimizer, 0.2)))
+    torch.testing.assert_close(method.centers, c1)
+    for (name, a), b in zip(model.state_dict().items(), hand_model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14, msg=name)
