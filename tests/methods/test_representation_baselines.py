@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -142,6 +144,17 @@ def test_hbr_class_counts_match_the_reference_allocation(alpha, shift):
     assert int(got.argmax()) == 1  # the smallest AUM: the hardest class gets the most samples
 
 
+def test_hbr_reference_shift_gives_a_negative_mean_aum_class_nearly_everything():
+    """The reference's offset (-min + 1e-4) makes the hardest class's inverse hardness 1e4: measured
+    on the Fashion-MNIST protocol after one epoch (Shirt at mean AUM -0.07, docs/methods/hbr.md)."""
+    counts = hbr_class_sample_counts(torch.tensor([1.32, 6.83, 0.91, 2.47, 0.79, 4.27, -0.07, 3.08, 4.58, 4.04]),
+                                     54000)
+    assert counts[6] > 53900 and counts.tolist() == oracle.hbr_counts_oracle(
+        torch.tensor([1.32, 6.83, 0.91, 2.47, 0.79, 4.27, -0.07, 3.08, 4.58, 4.04]), 54000, 1.0)
+    loss_based = hbr_class_sample_counts(torch.tensor([0.3, 0.1, 0.6]), 1000, high_is_hard=True)
+    assert loss_based.tolist() == [300, 100, 600]  # high loss = hard: proportional, no shift
+
+
 def test_hbr_resampling_keeps_the_hardest_and_draws_the_rest_within_the_class():
     g = torch.Generator().manual_seed(5)
     target = torch.randint(0, 3, (40,), generator=g)
@@ -162,8 +175,9 @@ def test_hbr_resampling_keeps_the_hardest_and_draws_the_rest_within_the_class():
     assert torch.equal(none, torch.ones(40, dtype=torch.long))
 
 
-def test_hbr_measures_aum_in_stage_one_and_resamples_after_it():
-    engine = MiniEngine("hbr", {"stage1_epochs": 2}, "scratch", EPOCHS)
+@pytest.mark.parametrize("estimator", ["aum", "loss"])
+def test_hbr_measures_hardness_in_stage_one_and_resamples_after_it(estimator):
+    engine = MiniEngine("hbr", {"stage1_epochs": 2, "estimator": estimator}, "scratch", EPOCHS)
     method = engine.method
     seen = []
     def record(module, args, output):
@@ -179,13 +193,17 @@ def test_hbr_measures_aum_in_stage_one_and_resamples_after_it():
     for logits, batch in zip(seen, batches, strict=True):  # the oracle: one sample at a time
         for row, i in enumerate(batch.tolist()):
             z, y = logits[row].double().tolist(), int(engine.target[i])
-            expected[i] += z[y] - max(v for k, v in enumerate(z) if k != y)
+            if estimator == "aum":
+                expected[i] += z[y] - max(v for k, v in enumerate(z) if k != y)
+            else:  # cross-entropy, one sample at a time
+                top = max(z)
+                expected[i] += top + math.log(sum(math.exp(v - top) for v in z)) - z[y]
     torch.testing.assert_close(method.aum_sum, expected)
     assert torch.equal(method.aum_count, torch.full((engine.n,), 2))
     assert torch.equal(method.labels, engine.target)
     class_hardness = torch.zeros(NUM_CLASSES, dtype=torch.float64).index_add_(0, engine.target, expected / 2) / 12
     torch.testing.assert_close(method.class_hardness, class_hardness)
-    wanted = hbr_class_sample_counts(class_hardness, engine.n)
+    wanted = hbr_class_sample_counts(class_hardness, engine.n, high_is_hard=estimator == "loss")
     assert method.class_statistics()["resampled_count"].tolist() == wanted.tolist()
     indices = method.epoch_indices(2, torch.Generator().manual_seed(0))
     assert torch.equal(torch.bincount(indices, minlength=engine.n), method.multiplicity)
@@ -209,6 +227,7 @@ def test_hbr_measures_aum_in_stage_one_and_resamples_after_it():
         ("hbr", {"oversampling": "SMOTE"}, hbr_module.BAD_OVERSAMPLING.format(value="SMOTE")),
         ("hbr", {"undersampling": "hard"}, hbr_module.BAD_UNDERSAMPLING.format(value="hard")),
         ("hbr", {"stage1_epochs": 0}, hbr_module.BAD_STAGE1.format(epochs="?", value=0)),
+        ("hbr", {"estimator": "forgetting"}, hbr_module.BAD_ESTIMATOR.format(value="forgetting")),
     ],
 )
 def test_bad_options_name_the_option_and_the_valid_values(name, options, message):

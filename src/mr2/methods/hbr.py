@@ -19,6 +19,7 @@ __all__ = ["HBR"]
 
 Oversampling = Literal["random", "none"]
 Undersampling = Literal["easy", "none"]
+Estimator = Literal["aum", "loss"]
 
 BAD_STAGE1 = (
     "hbr option stage1_epochs must be an integer >= 1 and smaller than the number of epochs "
@@ -27,6 +28,7 @@ BAD_STAGE1 = (
 BAD_ALPHA = "hbr option alpha must be a number >= 1 (1: the class counts the hardness gives); got {value!r}."
 BAD_OVERSAMPLING = "hbr option oversampling must be one of ['random', 'none']; got {value!r}."
 BAD_UNDERSAMPLING = "hbr option undersampling must be one of ['easy', 'none']; got {value!r}."
+BAD_ESTIMATOR = "hbr option estimator must be one of ['aum', 'loss']; got {value!r}."
 NO_INDEX = (
     "HBR.forward was called in training mode during the first stage without a preceding "
     "on_batch(inputs, target, index): the engine must call method.on_batch on every training batch."
@@ -54,7 +56,8 @@ class HBR(TrainingMethod):
     asks the engine for a fresh model (:meth:`wants_model_reset`, as JTT), and stage 2 (epochs
     ``T .. epochs-1``) trains cross-entropy on the resampled set, reshuffled each epoch.
 
-    State (``state_dict``): ``aum_sum`` (float64 [N]) and ``aum_count`` (int64 [N]), summed over
+    State (``state_dict``): ``aum_sum`` (float64 [N]: the estimator's values, AUM or loss) and
+    ``aum_count`` (int64 [N]), summed over
     ranks at the end of every stage-1 epoch (so a checkpoint holds every rank's records),
     ``labels`` (int64 [N], recorded with the AUM), ``class_hardness`` (float64 [K]), ``multiplicity``
     (int64 [N], the resampled set) and ``frozen``. The oversampling draws use a
@@ -66,6 +69,8 @@ class HBR(TrainingMethod):
         alpha: imbalance amplification of the reference (1.0: none).
         oversampling: ``"random"`` or ``"none"``.
         undersampling: ``"easy"`` or ``"none"``.
+        estimator: ``"aum"`` (the reference's default; low = hard) or ``"loss"`` (the reference's
+            ``Loss`` estimator: mean per-sample cross-entropy, high = hard, never needs the shift).
     """
 
     aum_sum: torch.Tensor
@@ -85,6 +90,7 @@ class HBR(TrainingMethod):
         alpha: float = 1.0,
         oversampling: Oversampling = "random",
         undersampling: Undersampling = "easy",
+        estimator: Estimator = "aum",
     ) -> None:
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
@@ -98,6 +104,9 @@ class HBR(TrainingMethod):
             raise MethodConfigError(BAD_OVERSAMPLING.format(value=oversampling))
         if undersampling not in ("easy", "none"):
             raise MethodConfigError(BAD_UNDERSAMPLING.format(value=undersampling))
+        if estimator not in ("aum", "loss"):
+            raise MethodConfigError(BAD_ESTIMATOR.format(value=estimator))
+        self.estimator: Estimator = estimator
         self.requested_stage1_epochs = stage1_epochs
         self.stage1_epochs = stage1_epochs or 1
         self.alpha = float(alpha)
@@ -155,8 +164,12 @@ class HBR(TrainingMethod):
             if self._index is None:
                 raise MethodConfigError(NO_INDEX)
             with torch.no_grad():
-                margin = logit_margins(logits.detach().to(dtype), target).to(torch.float64)
-                self.epoch_sum.index_add_(0, self._index, margin)
+                z = logits.detach().to(dtype)
+                if self.estimator == "aum":
+                    score = logit_margins(z, target)
+                else:
+                    score = F.cross_entropy(z, target, reduction="none")
+                self.epoch_sum.index_add_(0, self._index, score.to(torch.float64))
                 self.epoch_count.index_add_(0, self._index, torch.ones_like(self._index))
                 self.labels[self._index] = target.to(self.labels.device)
         self._index = None
@@ -182,12 +195,16 @@ class HBR(TrainingMethod):
         hardness.index_add_(0, target[seen], aum[seen])
         seen_per_class = torch.bincount(target[seen], minlength=self.num_classes).clamp_min(1)
         class_hardness = hardness / seen_per_class.to(torch.float64)
-        wanted = hbr_class_sample_counts(class_hardness, target.numel(), self.alpha)
+        high_is_hard = self.estimator == "loss"
+        wanted = hbr_class_sample_counts(
+            class_hardness, target.numel(), self.alpha, high_is_hard=high_is_hard
+        )
         generator = torch.Generator().manual_seed(self._seed)
         self.multiplicity.copy_(
             hardness_resampling_counts(
                 aum, target, wanted, generator,
                 undersample=self.undersampling == "easy", oversample=self.oversampling == "random",
+                high_is_hard=high_is_hard,
             )
         )
         self.class_hardness.copy_(class_hardness)
