@@ -155,6 +155,21 @@ def test_hbr_reference_shift_gives_a_negative_mean_aum_class_nearly_everything()
     assert loss_based.tolist() == [300, 100, 600]  # high loss = hard: proportional, no shift
 
 
+def test_hbr_with_a_class_absent_from_the_training_set():
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])  # class 3 of K = 4 has no sample
+    method = build_method("hbr", NUM_CLASSES, stage1_epochs=1)
+    method.setup(make_context(8, torch.bincount(labels, minlength=NUM_CLASSES), epochs=2))
+    method.train()
+    method.on_epoch_start(0)
+    method.on_batch(torch.zeros(8, 1), labels, torch.arange(8))
+    method(torch.randn(8, NUM_CLASSES) + 3 * F.one_hot(labels, NUM_CLASSES), None, labels)
+    method.on_epoch_end(0)
+    counts = method.class_statistics()["resampled_count"]
+    assert counts[3] == 0 and int(counts.sum()) >= 6 and bool((counts[:3] >= 1).all())
+    assert torch.equal(hardness_resampling_counts(torch.zeros(2), torch.tensor([0, 0]), torch.tensor([1, 5]),
+                                                  torch.Generator()), torch.tensor([1, 0]))
+
+
 def test_hbr_resampling_keeps_the_hardest_and_draws_the_rest_within_the_class():
     g = torch.Generator().manual_seed(5)
     target = torch.randint(0, 3, (40,), generator=g)

@@ -274,7 +274,7 @@ def hardness_resampling_counts(
     start = torch.cumsum(have, 0) - have
     rank_in_class = torch.empty(n, dtype=torch.int64, device=device)
     rank_in_class[order] = torch.arange(n, device=device) - start[target[order]]
-    want = class_counts.to(device=device, dtype=torch.int64)
+    want = torch.where(have > 0, class_counts.to(device=device, dtype=torch.int64), 0)  # nothing to draw from
     limit = torch.where(want < have, want if undersample else have, have)
     counts = (rank_in_class < limit[target]).to(torch.int64)
     extra = (want - have).clamp_min(0) if oversample else torch.zeros_like(want)

@@ -196,9 +196,11 @@ class HBR(TrainingMethod):
         seen_per_class = torch.bincount(target[seen], minlength=self.num_classes).clamp_min(1)
         class_hardness = hardness / seen_per_class.to(torch.float64)
         high_is_hard = self.estimator == "loss"
-        wanted = hbr_class_sample_counts(
-            class_hardness, target.numel(), self.alpha, high_is_hard=high_is_hard
-        )
+        present = torch.bincount(target[seen], minlength=self.num_classes) > 0  # a class without
+        wanted = torch.zeros(self.num_classes, dtype=torch.int64, device=aum.device)  # samples: none
+        wanted[present] = hbr_class_sample_counts(
+            class_hardness[present], target.numel(), self.alpha, high_is_hard=high_is_hard
+        ).to(aum.device)
         generator = torch.Generator().manual_seed(self._seed)
         self.multiplicity.copy_(
             hardness_resampling_counts(
