@@ -10,7 +10,7 @@ from __future__ import annotations
 def user_errors() -> tuple[type[BaseException], ...]:
     """Bad configuration, data, weights, checkpoints or method options (imported lazily: the CLI
     starts without importing torch)."""
-    from mr2.checks import MR2InputError
+    from mr2.checks import MR2InputError, StatisticsOverflowError
     from mr2.config import ConfigError
     from mr2.data.errors import DatasetError
     from mr2.engine.checkpoint import CheckpointError
@@ -25,6 +25,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         DatasetError,
         MethodConfigError,
         MR2InputError,
+        StatisticsOverflowError,
         CheckpointError,
         WeightsMismatchError,
         EmptyErrorSetError,

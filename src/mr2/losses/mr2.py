@@ -8,7 +8,13 @@ import torch
 from torch import nn
 
 from mr2 import distributed
-from mr2.checks import CheckValues, MR2InputError, check_classification_inputs
+from mr2.checks import (
+    CheckValues,
+    MR2InputError,
+    check_classification_inputs,
+    check_statistics_finite,
+    wants_values,
+)
 from mr2.functional.allocation import margin_allocation
 from mr2.functional.margin_losses import logit_margin_loss, representation_margin_loss
 from mr2.functional.released import released_class_normalised_mean
@@ -261,8 +267,12 @@ class MR2Loss(nn.Module):
         margin = self.distance_margin() if margin is None else margin
         partners: dict[str, Any] = {}
         if self.pairs == "global" and distributed.is_distributed(self.process_group):
-            partner_features, offset = distributed.all_gather_with_grad(features, self.process_group)
-            partner_target, _ = distributed.all_gather_variable(target, self.process_group)
+            # The ranks' batch sizes once per step, for both gathers.
+            sizes = distributed.gather_sizes(features.shape[0], features.device, self.process_group)
+            partner_features, offset = distributed.all_gather_with_grad(
+                features, self.process_group, sizes
+            )
+            partner_target, _ = distributed.all_gather_variable(target, self.process_group, sizes)
             partners = {
                 "partner_features": partner_features,
                 "partner_target": partner_target,
@@ -288,8 +298,19 @@ class MR2Loss(nn.Module):
             features: [B, d] penultimate features (the input of the final linear layer).
             target: [B] class ids in ``[0, K)``.
         """
-        check_classification_inputs(logits, features, target, self.num_classes, self.check_values)
-        self.statistics.update(features, target, checked=True)
+        check_classification_inputs(
+            logits, features, target, self.num_classes, self.check_values, finite=False
+        )
+        # The statistics update is computed first and applied only once it is known to keep them
+        # finite; that check and the inputs' finiteness check share ONE host sync (CPU only by
+        # default; on accelerators a non-finite update is skipped without a sync).
+        pending = self.statistics.prepare(features, target)
+        inputs = {"logits": logits, "features": features}
+        if wants_values(logits, self.check_values):
+            check_statistics_finite(inputs, None if pending is None else pending.guard)
+            self.statistics.commit(pending)
+        else:
+            self.statistics.commit(pending, only_if_finite=True)
         moments = self.statistics.moments()
         gamma = self.temperatures(moments)
         margin = self.distance_margin(moments[1])
