@@ -12,6 +12,7 @@ from mr2.checks import MR2InputError, check_features, check_logits, check_target
 from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
 __all__ = [
+    "additive_margin_loss",
     "logit_margin_loss",
     "pairwise_sq_distances",
     "representation_margin_loss",
@@ -19,6 +20,7 @@ __all__ = [
 
 
 TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
+MARGINS_SHAPE = "margins must have shape [num_classes]={expected}; got {shape}."
 BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
 BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
 
@@ -75,6 +77,45 @@ def logit_margin_loss(
     scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
     per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
     return reduce_loss(per_sample, reduction)
+
+
+def additive_margin_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    margins: torch.Tensor,
+    *,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
+    r"""Additive (LDAM-form) logit margin loss: cross-entropy after subtracting ``Delta_y`` from z_y.
+
+    .. math::
+        \ell_\Delta(x, y) = -\log \mathrm{softmax}(z - \Delta_y e_y)_y
+
+    Only the true class's logit is lowered; the other logits are untouched, so (unlike the
+    temperature of :func:`logit_margin_loss`) the margin does not rescale a class's gradient. With
+    all margins 0 this is exactly cross-entropy.
+
+    Args:
+        logits: [B, K] raw classifier outputs.
+        target: [B] class ids.
+        margins: [K] per-class additive margins ``Delta_k`` (treated as constants).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-sample [B]).
+
+    Example:
+        >>> z = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+        >>> additive_margin_loss(z, torch.tensor([0, 1]), torch.tensor([2.0, 0.0]), reduction="none")
+        tensor([0.6931, 0.3133])
+    """
+    check_logits(logits, target, None)
+    check_target(target, logits.shape[1], logits.shape[0])
+    if margins.shape != (logits.shape[1],):
+        raise MR2InputError(
+            MARGINS_SHAPE.format(expected=logits.shape[1], shape=tuple(margins.shape))
+        )
+    dtype = working_dtype(logits)
+    shift = margins.detach().to(dtype)[target]
+    shifted = logits.to(dtype).scatter_add(1, target.unsqueeze(1), -shift.unsqueeze(1))
+    return reduce_loss(F.cross_entropy(shifted, target, reduction="none"), reduction)
 
 
 def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
