@@ -2,7 +2,8 @@
 
 Shape checks cost nothing and always run. Value checks (class ids in range, finite values) need the
 values on the host: they run for CPU tensors, and for accelerator tensors only when asked
-(``check_values=True``), so that a GPU training step never waits on the host by default.
+(``check_values=True``), so that a GPU training step never waits on the host by default; inside
+``torch.compile`` they never run.
 """
 
 from __future__ import annotations
@@ -79,7 +80,13 @@ def check_num_classes(num_classes: object) -> int:
 
 
 def wants_values(tensor: torch.Tensor, check_values: CheckValues) -> bool:
-    """Whether value checks (which read values on the host) run for ``tensor``."""
+    """Whether value checks (which read values on the host) run for ``tensor``.
+
+    Never inside ``torch.compile`` (a host read would break the graph): compiled code behaves like
+    accelerator code with ``check_values="auto"``.
+    """
+    if torch.compiler.is_compiling():
+        return False
     if check_values == "auto":
         return tensor.device.type == "cpu"
     return bool(check_values)
