@@ -253,7 +253,7 @@ class ClassFeatureStatistics(nn.Module):
                 # Single process: only [K] sums; the [K, d] feature sums are folded in by commit()
                 # with B-row operations (no [K, d] batch-sum tensor, no pass over absent classes).
                 count = x.new_zeros(self.num_classes).index_add_(0, target, x.new_ones(target.shape))
-                sq_norms = (x * x).sum(1)
+                sq_norms = torch.linalg.vector_norm(x, dim=1).square()  # inf when it overflows
                 sq_norm_sum = x.new_zeros(self.num_classes).index_add_(0, target, sq_norms)
             weight = self._ema_weights(count > 0)
             new_count = self.count.lerp(count, weight)
