@@ -302,13 +302,13 @@ class ClassFeatureStatistics(nn.Module):
                 # absent class (w = 0) keeps its values bit for bit.
                 per_row = (weight / pending.batch_count.clamp_min(1.0)).index_select(0, target)
                 rows = self.feature_sum.index_select(0, target).mul_(-per_row.unsqueeze(1))
-                rows.add_(x * weight.index_select(0, target).unsqueeze(1))
+                rows.addcmul_(x, weight.index_select(0, target).unsqueeze(1))
                 if ok is not None:
                     rows = torch.where(ok, rows, 0.0)
                 self.feature_sum.index_add_(0, target, rows)
-                if self._norm_cache_valid:
-                    norms = self._norm_sq(self.feature_sum.index_select(0, target))
-                    self.feature_sum_norm_sq.index_copy_(0, target, norms)
+                if self._norm_cache_valid:  # the updated rows, gathered into the same buffer
+                    torch.index_select(self.feature_sum, 0, target, out=rows)
+                    self.feature_sum_norm_sq.index_copy_(0, target, self._norm_sq(rows))
             if ok is None:
                 self.count.copy_(pending.new_count)
                 self.sq_norm_sum.copy_(pending.new_sq_norm_sum)
