@@ -181,13 +181,14 @@ class _SamePairLogSumExp(torch.autograd.Function):
             warnings.filterwarnings("ignore", message=_CSR_BETA)
             pattern = _csr(crow, key_index, queries.new_zeros(key_index.numel()), (batch, pool))
             dots = torch.sparse.sampled_addmm(pattern, queries, keys.T, beta=0.0).values()
-        own = key_index == query_index + self_offset
-        q_sq = dots[own]  # exactly one own entry per row, in row order
+        is_own = key_index == query_index + self_offset
+        own = is_own.nonzero().squeeze(1)  # exactly one own entry per row, in row order
+        pair = (~is_own).nonzero().squeeze(1)
+        q_sq = dots.index_select(0, own)
         same = keys is queries
         k_sq = q_sq if same else torch.linalg.vector_norm(keys, dim=1).square()
-        pair = ~own
-        pair_q, pair_k = query_index[pair], key_index[pair]
-        sq_dist = (q_sq[pair_q] + k_sq[pair_k] - 2.0 * dots[pair]).clamp_min(0.0)
+        pair_q, pair_k = query_index.index_select(0, pair), key_index.index_select(0, pair)
+        sq_dist = (q_sq[pair_q] + k_sq[pair_k] - 2.0 * dots.index_select(0, pair)).clamp_min(0.0)
         values = (sq_dist - margin) / temperature
         shift = values.new_zeros(batch).scatter_reduce(
             0, pair_q, values, reduce="amax", include_self=True
@@ -195,7 +196,7 @@ class _SamePairLogSumExp(torch.autograd.Function):
         weights = (values - shift[pair_q]).exp()
         denominator = torch.exp(-shift).index_add_(0, pair_q, weights)
         weights.div_(denominator[pair_q])
-        ctx.save_for_backward(queries, keys, crow, query_index, key_index, own, weights)
+        ctx.save_for_backward(queries, keys, crow, key_index, own, pair, pair_q, pair_k, weights)
         ctx.temperature = temperature
         ctx.same = same
         return shift + torch.log(denominator)
@@ -203,10 +204,8 @@ class _SamePairLogSumExp(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        queries, keys, crow, query_index, key_index, own, weights = ctx.saved_tensors
+        queries, keys, crow, key_index, own, pair, pair_q, pair_k, weights = ctx.saved_tensors
         batch, pool = queries.shape[0], keys.shape[0]
-        pair = ~own
-        pair_q, pair_k = query_index[pair], key_index[pair]
         a = grad[pair_q] * weights * (2.0 / ctx.temperature)
         row_sum = a.new_zeros(batch).index_add_(0, pair_q, a)
         # A^T: the pairs ordered by (key, query).
@@ -217,8 +216,8 @@ class _SamePairLogSumExp(torch.autograd.Function):
             if ctx.same:
                 # Symmetric pattern: A^T has A's pattern with the values a[order].
                 values = a.new_empty(key_index.numel())
-                values[pair] = -(a + a[order])
-                values[own] = row_sum + a.new_zeros(batch).index_add_(0, pair_k, a)
+                values.index_copy_(0, pair, -(a + a[order]))
+                values.index_copy_(0, own, row_sum + a.new_zeros(batch).index_add_(0, pair_k, a))
                 laplacian = _csr(crow, key_index, values, (batch, batch))
                 return (laplacian @ queries, None, *nones)
             forward_a = _csr(_crow(pair_q, batch), pair_k, a, (batch, pool))
@@ -270,7 +269,9 @@ def representation_margin_loss(
             two sparse-times-dense products (``O(pairs * d)`` instead of ``O(B P d)``, no
             [pairs, d] temporary; the pair count is read on the host; first derivatives only);
             ``"auto"`` (default) takes ``"sparse"`` for CPU tensors (outside ``torch.compile``)
-            when under a quarter of the [B, P] entries are same-class pairs, else ``"dense"``. Both
+            when under 1/16 of the [B, P] entries are same-class pairs (about K > 16 classes in
+            the batch; a sparse product costs far more per entry than a dense one), else
+            ``"dense"``. Both
             give the same values.
 
     Returns:
@@ -302,7 +303,7 @@ def representation_margin_loss(
         or (pair_mode == "auto" and queries.device.type == "cpu" and not torch.compiler.is_compiling())
     ):
         query_index, key_index = same_class.nonzero(as_tuple=True)
-        if pair_mode == "sparse" or 4 * (query_index.numel() - batch) < same_class.numel():
+        if pair_mode == "sparse" or 16 * (query_index.numel() - batch) < same_class.numel():
             local = partner_features is None or partner_target is None
             per_sample = _SamePairLogSumExp.apply(
                 queries,
