@@ -115,12 +115,17 @@ def _raise_for_non_finite(name: str, tensor: torch.Tensor) -> None:
 
 
 def check_statistics_finite(
-    inputs: dict[str, torch.Tensor], guard: torch.Tensor | None = None
+    inputs: dict[str, torch.Tensor],
+    guard: torch.Tensor | None = None,
+    *,
+    also_count: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """Finiteness of ``inputs`` and of a statistics update's ``guard`` in ONE host sync.
 
     Like :func:`check_finite`, finite values whose sum overflows pass (the bad entries are counted
-    exactly only when the fast check fails).
+    exactly only when the fast check fails). ``also_count``: inputs whose NaN/Inf already make
+    ``guard`` non-finite (the features the guard was computed from): not summed in the fast check,
+    but counted and named in the slow path, before the overflow error.
 
     Raises:
         MR2InputError: an input holds NaN/Inf (counted exactly, naming the input).
@@ -131,7 +136,7 @@ def check_statistics_finite(
         sums.append(guard.double())
     if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
         return
-    for name, tensor in inputs.items():
+    for name, tensor in {**inputs, **(also_count or {})}.items():
         if tensor.is_floating_point():
             _raise_for_non_finite(name, tensor)
     if guard is not None and not bool(torch.isfinite(guard)):

@@ -382,9 +382,13 @@ class MR2Loss(nn.Module):
         # finite; that check and the inputs' finiteness check share ONE host sync (CPU only by
         # default; on accelerators a non-finite update is skipped without a sync).
         pending = self.statistics.prepare(features, target)
-        inputs = {"logits": logits, "features": features}
+        # A NaN/Inf feature makes the update's guard (built from the squared norms) non-finite, so
+        # with a pending update only the logits need their own finiteness pass.
+        inputs = {"logits": logits} if pending is not None else {"logits": logits, "features": features}
         if wants_values(logits, self.check_values):
-            check_statistics_finite(inputs, None if pending is None else pending.guard)
+            check_statistics_finite(
+                inputs, None if pending is None else pending.guard, also_count={"features": features}
+            )
             self.statistics.commit(pending)
         else:
             self.statistics.commit(pending, only_if_finite=True)

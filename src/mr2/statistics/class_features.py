@@ -296,10 +296,18 @@ class ClassFeatureStatistics(nn.Module):
             if pending.feature_sum is not None:
                 ema(self.feature_sum, pending.feature_sum)
                 self._norm_cache_valid = False
+            elif self.num_classes <= 2 * target.shape[0] and ok is None:
+                # Few classes (K <= 2B): one pass over the [K, d] buffer costs no more than
+                # gathering the batch's rows. (1 - w_k) S_k + w_k sum_{i: y_i = k} x_i, the second
+                # term as one index_add_ of the B weighted rows; absent classes (w = 0) are
+                # multiplied by exactly 1.
+                self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
+                self.feature_sum.index_add_(0, target, x * weight.index_select(0, target).unsqueeze(1))
+                self._norm_cache_valid = False
             else:
-                # S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of the B rows
-                # w_k (x_i - S_k / n_k): only the rows of the classes in the batch are touched, so an
-                # absent class (w = 0) keeps its values bit for bit.
+                # Many classes: S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of
+                # the B rows w_k (x_i - S_k / n_k): only the rows of the classes in the batch are
+                # touched (no pass over [K, d]), so an absent class keeps its values bit for bit.
                 per_row = (weight / pending.batch_count.clamp_min(1.0)).index_select(0, target)
                 rows = self.feature_sum.index_select(0, target).mul_(-per_row.unsqueeze(1))
                 rows.addcmul_(x, weight.index_select(0, target).unsqueeze(1))
@@ -346,7 +354,9 @@ class ClassFeatureStatistics(nn.Module):
         pending = self.prepare(features, target)
         if wants_values(features, self.check_values):
             assert pending is not None
-            check_statistics_finite({} if checked else {"features": features}, pending.guard)
+            check_statistics_finite(
+                {}, pending.guard, also_count={} if checked else {"features": features}
+            )
             self.commit(pending)
         else:
             self.commit(pending, only_if_finite=True)
