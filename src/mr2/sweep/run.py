@@ -97,9 +97,9 @@ def describe_plan(spec: SweepSpec, points: list[RunPoint]) -> str:
         f"{spec.reference}; selection by {spec.select_by}; {spec.workers} worker(s))"
     ]
     for point in points:
-        if (point.run_dir / "final.json").is_file():
+        if point.directory.is_finished:
             state = "finished"
-        elif (point.run_dir / "checkpoints" / "last.pt").is_file():
+        elif point.directory.last_checkpoint.is_file():
             state = "resumes"
         else:
             state = "to run"

@@ -37,7 +37,8 @@ from typing import Any, Literal, TextIO
 import yaml
 
 import mr2
-from mr2.config import RunConfig, config_to_dict
+from mr2.config import config_to_dict
+from mr2.config.diff import config_differences
 from mr2.io import atomic_write_text
 from mr2.sweep.plan import RunPoint
 
@@ -89,52 +90,21 @@ class RunOutcome:
     @property
     def log_path(self) -> Path:
         """``<run_dir>/train.log``."""
-        return self.point.run_dir / "train.log"
-
-
-def _differs(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys: list[str] = []
-        for key in sorted(set(a) | set(b), key=str):
-            keys += _differs(a.get(key), b.get(key), f"{prefix}{key}.")
-        return keys
-    return [] if a == b else [prefix.rstrip(".")]
-
-
-_MISSING = object()
-
-
-def _lookup(data: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return _MISSING
-        data = data[part]
-    return data
+        return self.point.directory.log
 
 
 def finished_config_mismatch(point: RunPoint) -> list[str]:
     """Config keys in which the finished run in ``point.run_dir`` differs from the plan ([] if equal).
 
-    A key the finished run's ``config.yaml`` lacks counts as equal when the plan has the schema's
-    default there (a configuration field added to mr2 after the run does not make it stale).
+    The rule is :func:`mr2.config.diff.config_differences` (a key the finished run's ``config.yaml``
+    lacks counts as equal when the plan has the schema's default there), ignoring ``output_dir``.
     """
-    file = point.run_dir / "config.yaml"
-    try:
-        previous = yaml.safe_load(file.read_text()) if file.is_file() else None
-    except yaml.YAMLError:
-        return ["config.yaml (unreadable)"]
-    if not isinstance(previous, dict):
-        return []  # nothing to compare against: trust final.json
-    planned = config_to_dict(point.config)
-    defaults = config_to_dict(RunConfig())
-    keys = []
-    for key in _differs(previous, planned):
-        if key.split(".")[0] in _IGNORED_KEYS:
-            continue
-        if _lookup(previous, key) is _MISSING and _lookup(planned, key) == _lookup(defaults, key):
-            continue
-        keys.append(key)
-    return keys
+    directory = point.directory
+    previous = directory.read_config()
+    if previous is None:
+        # Nothing to compare against: trust final.json, unless config.yaml is there but unreadable.
+        return [f"{directory.config_file.name} (unreadable)"] if directory.config_file.exists() else []
+    return config_differences(previous, config_to_dict(point.config), ignore=_IGNORED_KEYS)
 
 
 def config_path(point: RunPoint) -> Path:
@@ -193,11 +163,7 @@ def _duration(seconds: float) -> str:
 
 def _epoch_progress(point: RunPoint) -> str:
     """``epoch 3/10`` from the run's metrics.jsonl ("starting" before the first epoch ends)."""
-    file = point.run_dir / "metrics.jsonl"
-    try:
-        done = sum(1 for line in file.read_text().splitlines() if line.strip())
-    except OSError:
-        done = 0
+    done = len(point.directory.read_metrics())
     return f"epoch {done}/{point.config.optim.epochs}" if done else "starting"
 
 
@@ -337,7 +303,7 @@ class _Executor:
         if self.stopping.is_set():
             return interrupted
         point.run_dir.mkdir(parents=True, exist_ok=True)
-        log_path = point.run_dir / "train.log"
+        log_path = point.directory.log
         start = time.perf_counter()
         devices = self.slots.get()
         try:
@@ -356,7 +322,7 @@ class _Executor:
         finally:
             self.slots.put(devices)
         seconds = time.perf_counter() - start
-        if returncode == 0 and (point.run_dir / "final.json").is_file():
+        if returncode == 0 and point.directory.is_finished:
             return RunOutcome(point, "done", seconds, returncode)
         message = NO_FINAL if returncode == 0 else f"exit code {returncode}"
         if self.stopping.is_set():
@@ -449,7 +415,7 @@ def run_points(
     pending: list[RunPoint] = []
     for point in points:
         write_config(point)
-        if (point.run_dir / "final.json").is_file():
+        if point.directory.is_finished:
             differs = finished_config_mismatch(point)
             if differs:
                 message = STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
@@ -461,7 +427,7 @@ def run_points(
 
     if pending:
         threads = threads_per_run or default_threads(workers)
-        resuming = sum((p.run_dir / "checkpoints" / "last.pt").is_file() for p in pending)
+        resuming = sum(p.directory.last_checkpoint.is_file() for p in pending)
         print(
             f"running {len(pending)} of {total} runs ({resuming} resuming from a checkpoint) with "
             f"{workers} worker{'s' if workers > 1 else ''}, {threads} thread{'s' if threads > 1 else ''} "

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mr2.config import ConfigError, config_from_dict, load_yaml
+from mr2.config.paths import get_dotted
 
 __all__ = [
     "SELECT_BY",
@@ -231,36 +232,6 @@ def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any]
     return fixed, axes
 
 
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``data["a"]["b"] = value`` for ``key = "a.b"``, creating intermediate mappings.
-
-    Example:
-        >>> config = {"optim": {"lr": 0.1}}
-        >>> set_dotted(config, "method.options.c_bar", 2)
-        >>> config
-        {'optim': {'lr': 0.1}, 'method': {'options': {'c_bar': 2}}}
-    """
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise SweepSpecError(
-                WRONG_TYPE.format(path=key, expected=f"a key below the mapping {part!r}", value=child)
-            )
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
-
-
-def _get_dotted(data: dict[str, Any], key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
-
-
 def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
     """Fail early on an unknown method name or option name (values are checked when a run starts)."""
     from mr2.methods.registry import available_methods, method_options
@@ -341,7 +312,7 @@ def spec_from_dict(
         raise SweepSpecError(
             WRONG_TYPE.format(path="required", expected="a list of dotted keys", value=required)
         )
-    unset = [key for key in required if _get_dotted(base, key) is None]
+    unset = [key for key in required if get_dotted(base, key, None) is None]
     if unset:
         raise SweepSpecError(
             REQUIRED_UNSET.format(
@@ -378,7 +349,7 @@ def spec_from_dict(
                                   value=axes["method.name"])
             )
         method = fixed.pop("method.name", label)
-        base_options = _get_dotted(base, "method.options") or {}
+        base_options = get_dotted(base, "method.options", None) or {}
         _check_method(label, method, {
             **{f"method.options.{k}": None for k in base_options}, **shared_axes, **fixed, **axes,
         })
