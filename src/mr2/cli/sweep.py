@@ -18,7 +18,6 @@ import sys
 
 EXIT_FAILED_RUNS = 1
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +90,9 @@ def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep. Exit code 0: all runs finished and the report was written; 1: some run
-    failed (the others ran; the report covers them); 2: invalid input; 130: interrupted."""
+    failed or is running in another process (the others ran; the report covers them); 2: invalid
+    input; 128 + the signal's number when stopped by a signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP),
+    after stopping its trainers."""
     from pathlib import Path
 
     from mr2.config import ConfigError, load_yaml
@@ -115,9 +116,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, SweepSpecError) as error:
         print(f"mr2 sweep: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except SweepInterrupted:
-        print("\nmr2 sweep: interrupted; run the same command again to resume.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except SweepInterrupted as interrupt:
+        print(f"\nmr2 sweep: interrupted ({interrupt}); its trainers were stopped; run the same command "
+              "again to resume.", file=sys.stderr)
+        return 128 + interrupt.signum
     if result.report is not None:
         print()
         print(result.report.output.comparison.to_markdown())

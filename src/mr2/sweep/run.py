@@ -11,8 +11,9 @@ from typing import TextIO
 from mr2.io import atomic_write_json
 from mr2.report.exceptions import ReportError
 from mr2.sweep.plan import RunPoint, plan_sweep
+from mr2.sweep.processes import config_path, train_command, write_config
 from mr2.sweep.report import SweepReport, selection_summary, write_sweep_report
-from mr2.sweep.runner import RunOutcome, config_path, run_points, train_command, write_config
+from mr2.sweep.runner import RunOutcome, run_points
 from mr2.sweep.selection import SelectionError
 from mr2.sweep.spec import SweepSpec
 
@@ -26,7 +27,7 @@ class SweepResult:
     Attributes:
         spec: the sweep.
         points: its planned runs.
-        outcomes: one per point (done, skipped or failed).
+        outcomes: one per point (done, skipped, running elsewhere or failed).
         report: the report (None if it was not requested or could not be written).
         report_error: why the report could not be written ("" otherwise).
     """
@@ -42,9 +43,15 @@ class SweepResult:
         return [o for o in self.outcomes if o.status == "failed"]
 
     @property
+    def elsewhere(self) -> list[RunOutcome]:
+        """Runs left alone because another process owns their run directory."""
+        return [o for o in self.outcomes if o.status == "running"]
+
+    @property
     def ok(self) -> bool:
-        """No run failed and the report (if requested) was written."""
-        return not self.failed and not self.report_error
+        """Every run finished (none failed, none still running elsewhere) and the report (if
+        requested) was written."""
+        return not self.failed and not self.elsewhere and not self.report_error
 
 
 def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
@@ -97,8 +104,11 @@ def describe_plan(spec: SweepSpec, points: list[RunPoint]) -> str:
         f"{spec.reference}; selection by {spec.select_by}; {spec.workers} worker(s))"
     ]
     for point in points:
+        holder = point.directory.holder()
         if point.directory.is_finished:
             state = "finished"
+        elif holder is not None:
+            state = f"running (pid {holder})"
         elif point.directory.last_checkpoint.is_file():
             state = "resumes"
         else:
@@ -119,8 +129,9 @@ def run_sweep(
     """Run every unfinished run of ``spec`` and write its report to ``<sweep_dir>/report``.
 
     Progress, failures (with the tail of their logs) and the report's location are printed to
-    ``stream`` (default stdout). Interrupting (Ctrl-C) stops the running runs, which resume from
-    their checkpoints the next time; it raises :class:`mr2.sweep.runner.SweepInterrupted`.
+    ``stream`` (default stdout). Interrupting it (Ctrl-C, SIGTERM, SIGHUP) stops the running runs,
+    which resume from their checkpoints the next time; it raises
+    :class:`mr2.sweep.processes.SweepInterrupted`.
     """
     out = stream if stream is not None else sys.stdout
     points = prepare_sweep(spec)
@@ -134,6 +145,8 @@ def run_sweep(
         status_every=status_every,
     )
     result = SweepResult(spec, points, outcomes)
+    for outcome in result.elsewhere:
+        print(f"\nRUNNING ELSEWHERE {outcome.point.name}: {outcome.message}", file=out)
     for outcome in result.failed:
         print(f"\nFAILED {outcome.point.name}: {outcome.message}", file=out)
         print(f"  log: {outcome.log_path}", file=out)
@@ -152,7 +165,9 @@ def run_sweep(
     done = sum(o.status == "done" for o in outcomes)
     skipped = sum(o.status == "skipped" for o in outcomes)
     print(
-        f"\n{done} run(s) trained, {skipped} skipped (finished earlier), {len(result.failed)} failed.",
+        f"\n{done} run(s) trained, {skipped} skipped (finished earlier), {len(result.failed)} failed"
+        + (f", {len(result.elsewhere)} running in another process (not started again)" if result.elsewhere
+           else "") + ".",
         file=out,
         flush=True,
     )
