@@ -15,6 +15,7 @@ __all__ = [
     "ModelSection",
     "OptimSection",
     "RunConfig",
+    "build_dataclass",
     "config_from_dict",
     "config_to_dict",
 ]
@@ -196,6 +197,31 @@ def _build(cls: type, data: Any, path: str) -> Any:
             value = float(value)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+_T = typing.TypeVar("_T")
+
+
+def build_dataclass(cls: type[_T], data: Any, path: str = "") -> _T:
+    """Build dataclass ``cls`` from a mapping with the run configuration's rules: unknown keys and
+    wrong types are :class:`ConfigError` naming the dotted key (``path`` prefixes it), nested
+    dataclass fields are built recursively, ints are accepted for floats.
+
+    Example:
+        >>> @dataclass
+        ... class Options:
+        ...     partition: str | None = None
+        ...     timeout_min: int = 60
+        >>> build_dataclass(Options, {"timeout_min": 5}, "launcher")
+        Options(partition=None, timeout_min=5)
+        >>> try:
+        ...     build_dataclass(Options, {"partitio": "gpu"}, "launcher")
+        ... except ConfigError as error:
+        ...     print(error)
+        unknown config key 'launcher.partitio'; valid keys here: partition, timeout_min.
+    """
+    result: _T = _build(cls, data, path)
+    return result
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:

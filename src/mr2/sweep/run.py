@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import TextIO
 
 from mr2.io import atomic_write_json
 from mr2.report.exceptions import ReportError
+from mr2.sweep.cluster import submit_points
 from mr2.sweep.plan import RunPoint, plan_sweep
 from mr2.sweep.processes import config_path, train_command, write_config
 from mr2.sweep.report import SweepReport, selection_summary, write_sweep_report
@@ -66,6 +68,8 @@ def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
             "select_by": spec.select_by,
             "seeds": spec.seeds,
             "base": spec.base,
+            "launcher": dataclasses.asdict(spec.launcher),
+            "spec": spec.data,
             "methods": {
                 e.label: {"method": e.method, "fixed": e.fixed, "axes": e.axes} for e in spec.methods
             },
@@ -125,26 +129,38 @@ def run_sweep(
     report: bool = True,
     plots: bool | None = None,
     status_every: float = 60.0,
+    wait: bool = True,
 ) -> SweepResult:
     """Run every unfinished run of ``spec`` and write its report to ``<sweep_dir>/report``.
 
     Progress, failures (with the tail of their logs) and the report's location are printed to
     ``stream`` (default stdout). Interrupting it (Ctrl-C, SIGTERM, SIGHUP) stops the running runs,
     which resume from their checkpoints the next time; it raises
-    :class:`mr2.sweep.processes.SweepInterrupted`.
+    :class:`mr2.sweep.processes.SweepInterrupted`. With ``launcher: {name: slurm}`` the runs are
+    submitit jobs (:mod:`mr2.sweep.cluster`); ``wait=False`` then submits them and returns (no
+    report: write it later with ``mr2 sweep report DIR``).
     """
     out = stream if stream is not None else sys.stdout
     points = prepare_sweep(spec)
-    outcomes = run_points(
-        points,
-        workers=spec.workers,
-        threads_per_run=spec.threads_per_run,
-        nproc_per_node=spec.nproc_per_node,
-        devices=spec.devices,
-        stream=out,
-        status_every=status_every,
-    )
+    if spec.launcher.name == "slurm":
+        outcomes = submit_points(points, spec.launcher, sweep_name=spec.name, wait=wait, stream=out,
+                                 threads_per_run=spec.threads_per_run)
+        report = report and wait
+    else:
+        outcomes = run_points(
+            points,
+            workers=spec.workers,
+            threads_per_run=spec.threads_per_run,
+            nproc_per_node=spec.nproc_per_node,
+            devices=spec.devices,
+            stream=out,
+            status_every=status_every,
+        )
     result = SweepResult(spec, points, outcomes)
+    if not wait and spec.launcher.name == "slurm":
+        print(f"\nsubmitted; follow with `mr2 sweep status {spec.sweep_dir}`, then write the report with "
+              f"`mr2 sweep report {spec.sweep_dir}`.", file=out, flush=True)
+        return result
     for outcome in result.elsewhere:
         print(f"\nRUNNING ELSEWHERE {outcome.point.name}: {outcome.message}", file=out)
     for outcome in result.failed:

@@ -45,6 +45,7 @@ __all__ = [
     "RunOutcome",
     "SweepInterrupted",
     "finished_config_mismatch",
+    "pending_points",
     "run_points",
 ]
 
@@ -128,6 +129,39 @@ def _train(pool: TrainerPool, point: RunPoint) -> RunOutcome:
     return RunOutcome(point, "failed", seconds, returncode, message, log_tail(point.directory.log))
 
 
+def pending_points(
+    points: Sequence[RunPoint], out: TextIO, on_outcome: Callable[[RunOutcome], None] | None = None
+) -> tuple[dict[str, RunOutcome], list[RunPoint]]:
+    """Write every point's configuration and sort the points out: finished (skipped, or failed when
+    finished with another configuration) and owned by another process get their outcome now (one
+    numbered line each on ``out``); the others are returned, in plan order, to be trained."""
+    outcomes: dict[str, RunOutcome] = {}
+    pending: list[RunPoint] = []
+
+    def report(outcome: RunOutcome, text: str) -> None:
+        outcomes[outcome.point.name] = outcome
+        print(f"[{len(outcomes)}/{len(points)}] {text}", file=out, flush=True)
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    for point in points:
+        write_config(point)
+        if point.directory.is_finished:
+            differs = finished_config_mismatch(point)
+            if differs:
+                message = STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
+                report(RunOutcome(point, "failed", message=message), f"FAILED {point.name}: {message}")
+            else:
+                report(RunOutcome(point, "skipped"), f"skipped {point.name} (finished earlier)")
+            continue
+        busy = _in_use(point)
+        if busy is not None:
+            report(busy, f"running elsewhere {point.name}: {busy.message}")
+            continue
+        pending.append(point)
+    return outcomes, pending
+
+
 def run_points(
     points: Sequence[RunPoint],
     *,
@@ -162,8 +196,8 @@ def run_points(
     """
     out = stream if stream is not None else sys.stdout
     total = len(points)
-    outcomes: dict[str, RunOutcome] = {}
-    counter = 0
+    outcomes, pending = pending_points(points, out, on_outcome)
+    counter = len(outcomes)
 
     def report(outcome: RunOutcome, text: str) -> None:
         nonlocal counter
@@ -173,22 +207,6 @@ def run_points(
         if on_outcome is not None:
             on_outcome(outcome)
 
-    pending: list[RunPoint] = []
-    for point in points:
-        write_config(point)
-        if point.directory.is_finished:
-            differs = finished_config_mismatch(point)
-            if differs:
-                message = STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
-                report(RunOutcome(point, "failed", message=message), f"FAILED {point.name}: {message}")
-            else:
-                report(RunOutcome(point, "skipped"), f"skipped {point.name} (finished earlier)")
-            continue
-        busy = _in_use(point)
-        if busy is not None:
-            report(busy, f"running elsewhere {point.name}: {busy.message}")
-            continue
-        pending.append(point)
     if not pending:
         return [outcomes[p.name] for p in points]
 

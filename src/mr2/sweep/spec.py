@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from mr2.config import ConfigError, config_from_dict, load_yaml
 from mr2.config.paths import get_dotted
+from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
 
 __all__ = [
     "SELECT_BY",
@@ -137,6 +138,9 @@ class SweepSpec:
         description: one line describing the sweep.
         report: options of the final report.
         source: the file it was read from, if any.
+        launcher: where the runs execute (:mod:`mr2.sweep.launcher`).
+        data: the validated mapping it was built from (``base_config`` resolved; kept in
+            ``sweep.json`` so that ``mr2 sweep status|report DIR`` can rebuild the sweep).
     """
 
     name: str
@@ -153,6 +157,8 @@ class SweepSpec:
     description: str = ""
     report: ReportOptions = field(default_factory=ReportOptions)
     source: Path | None = None
+    launcher: LauncherOptions = field(default_factory=LauncherOptions)
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sweep_dir(self) -> Path:
@@ -184,6 +190,7 @@ _TOP_KEYS = (
     "devices",
     "required",
     "report",
+    "launcher",
 )
 _REPORT_KEYS = ("tiers", "tier_source", "bootstrap", "bottom_fraction", "alpha", "plots")
 
@@ -425,7 +432,15 @@ def spec_from_dict(
                                        needed=workers * per_run)
             )
 
+    try:
+        launcher = launcher_from_dict(data.get("launcher"))
+    except ConfigError as error:
+        raise SweepSpecError(str(error)) from error
+    saved = {key: value for key, value in data.items() if key != "base_config"}
+    saved["base"] = copy.deepcopy(base)
     return SweepSpec(
+        launcher=launcher,
+        data=saved,
         name=name,
         base=base,
         methods=methods,
