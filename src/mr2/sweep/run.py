@@ -144,7 +144,7 @@ def run_sweep(
     points = prepare_sweep(spec)
     if spec.launcher.name == "slurm":
         outcomes = submit_points(points, spec.launcher, sweep_name=spec.name, wait=wait, stream=out,
-                                 threads_per_run=spec.threads_per_run)
+                                 threads_per_run=spec.threads_per_run or spec.launcher.cpus_per_run)
         report = report and wait
     else:
         outcomes = run_points(
