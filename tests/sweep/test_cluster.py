@@ -147,9 +147,9 @@ def test_status_reads_every_state_from_the_files(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--launcher-option", "partitoin=gpu"], "unknown config key 'launcher.partitoin'"),
-        (["--launcher-option", "gpus_per_run=two"], "config key 'launcher.gpus_per_run' must be"),
-        (["--launcher-option", "executor=kubernetes"], "config key 'launcher.executor' must be"),
+        (["--launcher-option", "partitoin=gpu"], "unknown sweep key 'launcher.partitoin'"),
+        (["--launcher-option", "gpus_per_run=two"], "sweep key 'launcher.gpus_per_run' must be"),
+        (["--launcher-option", "executor=kubernetes"], "sweep key 'launcher.executor' must be"),
         (["--launcher-option", "timeout_min=0"], "launcher key 'launcher.timeout_min' must be >= 1"),
         (["--launcher-option", "nodes_per_run=2", "--launcher-option", "executor=local"],
          "launcher key 'launcher.nodes_per_run' > 1 needs executor 'slurm'"),

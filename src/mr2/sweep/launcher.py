@@ -81,7 +81,7 @@ class LauncherOptions:
         if self.mem_gb is not None and self.mem_gb <= 0:
             raise ConfigError(BAD_OPTION.format(path=f"{path}.mem_gb", problem="must be > 0 or null",
                                                 value=self.mem_gb))
-        if not all(isinstance(line, str) for line in self.setup):
+        if not isinstance(self.setup, list) or not all(isinstance(line, str) for line in self.setup):
             raise ConfigError(BAD_OPTION.format(path=f"{path}.setup", problem="must be a list of shell lines",
                                                 value=self.setup))
         if self.nodes_per_run > 1 and self.executor != "slurm":
