@@ -129,7 +129,9 @@ def test_labels_out_of_range(tmp_path: Path) -> None:
     path = _save(tmp_path / "features.npz", content)
     _expect(
         path,
-        errors.LABELS_OUT_OF_RANGE.format(path=path, what="`y_test`", num_classes=3, low=0, high=3),
+        errors.ARRAY_LABEL_PAST_K.format(
+            path=path, key="y_test", split="test", label=3, index=2, count=1, last=2, num_classes=3
+        ),
     )
     content["y_test"][2] = -1
     path = _save(tmp_path / "negative.npz", content)

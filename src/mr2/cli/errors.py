@@ -17,7 +17,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from mr2.engine.run import RunError
     from mr2.methods.jtt import EmptyErrorSetError
     from mr2.methods.registry import MethodConfigError
-    from mr2.models.weights import WeightsMismatchError
+    from mr2.models.registry import ModelConfigError
+    from mr2.models.weights import WeightsFileError, WeightsMismatchError
 
     return (
         ConfigError,
@@ -28,4 +29,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
         CheckpointError,
         WeightsMismatchError,
         EmptyErrorSetError,
+        ModelConfigError,
+        WeightsFileError,
     )
