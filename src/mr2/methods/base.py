@@ -30,7 +30,7 @@ their state only in training mode (never from evaluation data).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -53,7 +53,6 @@ class MethodContext:
         process_group: the torch.distributed group (None: not distributed, or the default group).
         validation_class_accuracy: per-class accuracy of a reference model on the validation split,
             where a method needs it (CDB-CE); None otherwise.
-        extra: free-form values from the method's config section.
         predict_train_set: where a method needs it (JTT with ``error_source="eval_pass"``): returns
             ``(predicted, target)``, two int64 tensors [num_train_samples] in data-set index order:
             the CURRENT model's argmax predictions in eval mode (eval transforms) on the whole
@@ -69,7 +68,6 @@ class MethodContext:
     model_factory: Callable[[], nn.Module] | None = None
     process_group: Any = None
     validation_class_accuracy: torch.Tensor | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     predict_train_set: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 

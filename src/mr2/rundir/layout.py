@@ -26,16 +26,39 @@ from typing import Any
 
 import yaml
 
+from mr2.config.diff import RESUMABLE_KEYS, config_differences
 from mr2.io import atomic_write_text
 from mr2.rundir.lock import LOCK_FILE, RunLock, lock_holder
 
-__all__ = ["OVERWRITTEN_DIR", "TRAINER_LOG", "RunDirectory"]
+__all__ = [
+    "CONFIG_CHANGED",
+    "NOT_A_RUN",
+    "OVERWRITTEN_DIR",
+    "RUN_EXISTS",
+    "TRAINER_LOG",
+    "RunDirectory",
+    "RunDirectoryError",
+]
+
+RUN_EXISTS = (
+    "run directory {path} holds a finished run (final.json). Choose another name, delete it, or "
+    "pass --overwrite."
+)
+CONFIG_CHANGED = (
+    "run directory {path} holds {what} of a run with a different configuration "
+    "(differs in: {keys}). Use another run name or --overwrite."
+)
+NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.pt)."
 
 #: Where ``--overwrite`` keeps the previous run until the new one has its first checkpoint.
 OVERWRITTEN_DIR = ".overwritten"
 #: The trainer's stdout/stderr when a sweep runs it (kept in place by an overwrite: it is open).
 TRAINER_LOG = "train.log"
 _KEPT = (LOCK_FILE, OVERWRITTEN_DIR, TRAINER_LOG)
+
+
+class RunDirectoryError(RuntimeError):
+    """A run directory that cannot be used as asked; the message says why and what to do."""
 
 
 class RunDirectory:
@@ -181,6 +204,39 @@ class RunDirectory:
         text = "\n".join(json.dumps(r) for r in kept) + "\n"
         if text != self.metrics.read_text():
             atomic_write_text(self.metrics, text)
+
+    # ------------------------------------------------------------- training
+    def open_for_training(self, config: dict[str, Any], *, overwrite: bool) -> bool:
+        """Make the (locked) directory ready for a trainer with resolved ``config``.
+
+        Finishes a killed overwrite (:meth:`recover`); refuses a finished run unless ``overwrite``;
+        refuses files of a run with another configuration (a checkpoint, or metrics / results of an
+        attempt killed before its first checkpoint) unless ``overwrite``; with ``overwrite`` moves
+        the previous run aside (:meth:`stage_overwrite`). Writes ``config.yaml``. Returns whether an
+        overwrite was staged (then call :meth:`commit_overwrite` after the first checkpoint).
+        """
+        self.recover()
+        staged = False
+        if overwrite:
+            staged = self.stage_overwrite()
+        else:
+            if self.is_finished:
+                raise RunDirectoryError(RUN_EXISTS.format(path=self.path))
+            previous = self.read_config()
+            if previous is not None and self.has_run_files():
+                changed = config_differences(previous, config, ignore=RESUMABLE_KEYS)
+                if changed:
+                    what = "a checkpoint" if self.last_checkpoint.exists() else "files"
+                    raise RunDirectoryError(
+                        CONFIG_CHANGED.format(path=self.path, what=what, keys=", ".join(changed))
+                    )
+        atomic_write_text(self.config_file, yaml.safe_dump(config, sort_keys=False))
+        return staged
+
+    def require_trained(self) -> None:
+        """Raise :class:`RunDirectoryError` unless a config and a checkpoint are there."""
+        if not self.config_file.is_file() or not self.last_checkpoint.is_file():
+            raise RunDirectoryError(NOT_A_RUN.format(path=self.path))
 
     # -------------------------------------------------------------- overwrite
     def _movable(self) -> list[Path]:

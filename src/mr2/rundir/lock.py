@@ -97,6 +97,9 @@ class RunLock:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
+    def __del__(self) -> None:
+        self.release()
+
     def __enter__(self) -> RunLock:
         return self.acquire()
 
