@@ -125,6 +125,7 @@ def select_prefix(
 
 
 _BLOCKED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+_UNPICKLER_DETAIL = re.compile(r"WeightsUnpickler error:\s*([^\n]+)")
 
 
 def _one_line(error: BaseException) -> str:
@@ -147,8 +148,12 @@ def _read(path: Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         blocked = _BLOCKED_GLOBAL.search(str(error))
-        reason = f"{blocked.group(1)} is not allowed" if blocked else _one_line(error)
-        raise WeightsFileError(WEIGHTS_REFUSED.format(path=path, reason=reason)) from error
+        if blocked is not None:  # a valid pickle that names a class or function: refused
+            reason = f"{blocked.group(1)} is not allowed"
+            raise WeightsFileError(WEIGHTS_REFUSED.format(path=path, reason=reason)) from error
+        detail = _UNPICKLER_DETAIL.search(str(error))  # not a pickle at all
+        reason = f"UnpicklingError: {detail.group(1)}" if detail else _one_line(error)
+        raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=reason)) from error
     except (RuntimeError, OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
 
