@@ -91,7 +91,7 @@ def build_data(config: RunConfig, device: torch.device) -> RunData:
 
 def _extract_features(config: RunConfig, parts: RunData, device: torch.device) -> RunData:
     """Replace the image data sets by the frozen backbone's features (cached on disk)."""
-    from mr2.models.linear_probe import FeatureCache, FeatureCacheKey, extract_features
+    from mr2.models.feature_cache import FeatureCache, FeatureCacheKey, extract_features
     from mr2.models.registry import build_model
 
     model_config = _model_config(config)
@@ -134,7 +134,7 @@ def _extract_features(config: RunConfig, parts: RunData, device: torch.device) -
 def build_model_for(config: RunConfig, data: RunData) -> nn.Module:
     """The trainable model: the configured network, or a linear head on cached features."""
     if config.regime == "linear_probe":
-        from mr2.models.linear_probe import LinearHead
+        from mr2.models.linear_head import LinearHead
 
         return LinearHead(data.input_shape[0], data.num_classes)
     from mr2.models.registry import build_model

@@ -81,6 +81,14 @@ class TrainingMethod(nn.Module):
     #: Registry name used in configs (``method: <name>``).
     name: str = "base"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._logged: dict[str, torch.Tensor] = {}
+
+    def record(self, **values: torch.Tensor) -> None:
+        """Keep this step's values (detached, on the device) for :meth:`log_values`."""
+        self._logged = {key: value.detach() for key, value in values.items()}
+
     def setup(self, context: MethodContext) -> None:
         """Allocate state that depends on the data (per-sample buffers, a second model)."""
 
@@ -135,8 +143,9 @@ class TrainingMethod(nn.Module):
         raise NotImplementedError
 
     def log_values(self) -> dict[str, torch.Tensor]:
-        """Detached 0-dim tensors to log (the engine syncs them only at logging intervals)."""
-        return {}
+        """The last step's detached 0-dim tensors (what :meth:`record` kept). The engine reads them
+        on the host only every ``log_every`` steps, and averages them over the epoch on the device."""
+        return dict(self._logged)
 
     def class_statistics(self) -> dict[str, torch.Tensor] | None:
         """Per-class [K] tensors to record each epoch and in final.json (MR2: ``mean_sq_norm``,
