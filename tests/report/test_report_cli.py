@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mr2.cli import report as report_cli
+from mr2.cli.main import main as cli_main
 from mr2.report import run_dir as run_dir_module
 
 
@@ -27,7 +28,7 @@ def test_full_report(comparison_runs: list[Path], tmp_path: Path, capsys: pytest
     assert code == 0, captured.err
     assert "| method | seeds | overall | easy | medium | hard |" in captured.out
     assert f"Report written to {out}/report.md" in captured.out
-    for name in ("report.md", "report.json", "comparison.csv", "runs.csv", "per_class.csv"):
+    for name in ("report.md", "report.html", "report.json", "comparison.csv", "runs.csv", "per_class.csv"):
         assert (out / name).stat().st_size > 0, name
     for stem in ("sorted_accuracy", "accuracy_change", "tier_bars", "mr2-seed0_temperatures_vs_accuracy",
                  "mr2-seed0_spread_vs_accuracy", "mr2-seed0_temperatures_evolution"):
@@ -58,6 +59,9 @@ def test_reference_and_options(comparison_runs: list[Path], tmp_path: Path, caps
     assert "| method | seeds | overall | easy | hard |" in captured.out
     assert not (out / "plots").exists()
     assert "validation split" in (out / "report.md").read_text()
+    assert "<img" not in (out / "report.html").read_text()
+    main([*map(str, comparison_runs), "--out", str(tmp_path / "plain"), "--bootstrap", "0", "--no-plots", "--no-html"])
+    assert not (tmp_path / "plain" / "report.html").exists()
 
 
 def test_single_run(tmp_path: Path, make_run: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,15 +94,20 @@ def test_different_class_count(
     assert "runs have different class counts" in capsys.readouterr().err
 
 
-def test_registered_in_main_cli(comparison_runs: list[Path], tmp_path: Path) -> None:
-    cli_main = pytest.importorskip("mr2.cli.main")
-    try:
-        parser = cli_main.build_parser()
-    except ModuleNotFoundError as error:  # another subcommand of the tree is not written yet
-        pytest.skip(f"the mr2 command line cannot be built yet: {error}")
-    args = parser.parse_args(["report", *map(str, comparison_runs), "--out", str(tmp_path / "o"), "--no-plots",
-                              "--bootstrap", "0"])
-    assert args._run(args) == 0
+def test_registered_in_main_cli(comparison_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the `mr2` console script's own entry point (mr2.cli.main.main)."""
+    code = cli_main(["report", *map(str, comparison_runs), "--out", str(tmp_path / "o"), "--no-plots", "--bootstrap", "0"])
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "o" / "report.md").is_file() and (tmp_path / "o" / "report.html").is_file()
+    assert "| erm | 3 |" in capsys.readouterr().out
+
+
+def test_runs_and_predictions_together_are_refused(comparison_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["report", str(comparison_runs[0]), "--predictions", "x.npz", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == f"mr2 report: error: {report_cli.SOURCES_BOTH}"
+    assert cli_main(["report", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == f"mr2 report: error: {report_cli.SOURCES_NONE}"
+    assert not (tmp_path / "o").exists()
 
 
 def test_missing_class_in_every_run(tmp_path: Path) -> None:
