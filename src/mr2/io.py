@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -25,12 +26,24 @@ __all__ = [
 ]
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it, under a lock)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
 @contextmanager
 def _atomic_file(path: str | os.PathLike[str], mode: str) -> Iterator[IO[Any]]:
     destination = Path(path)
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results get the run's usual mode
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
@@ -76,9 +89,3 @@ def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     if previous and not previous.endswith("\n"):
         previous += "\n"
     atomic_write_text(destination, previous + json.dumps(record) + "\n")
-
-
-def write_with(path: str | os.PathLike[str], writer: Callable[[IO[Any]], None], *, binary: bool) -> None:
-    """Call ``writer(handle)`` on a temporary file and move it to ``path`` atomically."""
-    with _atomic_file(path, "wb" if binary else "w") as handle:
-        writer(handle)

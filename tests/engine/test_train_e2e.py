@@ -11,8 +11,9 @@ import yaml
 from engine.conftest import base_config
 from mr2.cli.main import main
 from mr2.config import config_from_dict
-from mr2.engine import RunError, TrainingSession, train
+from mr2.engine import TrainingSession, train
 from mr2.engine.checkpoint import load_checkpoint
+from mr2.rundir import RunDirectoryError
 
 
 def test_cli_train_writes_a_complete_run_directory(spread_npz, tmp_path, capsys):
@@ -85,12 +86,12 @@ def test_finished_run_is_not_overwritten_and_config_change_is_refused(spread_npz
     config = config_from_dict(base_config(spread_npz, tmp_path, optim={"epochs": 1}, method={"name": "erm"}))
     train(config, quiet=True)
     before = (tmp_path / "run" / "final.json").read_text()
-    with pytest.raises(RunError, match="holds a finished run"):
+    with pytest.raises(RunDirectoryError, match="holds a finished run"):
         train(config, quiet=True)
     assert (tmp_path / "run" / "final.json").read_text() == before
     (tmp_path / "run" / "final.json").unlink()  # an unfinished run with a checkpoint
     changed = config_from_dict(base_config(spread_npz, tmp_path, optim={"epochs": 1, "lr": 0.2}, method={"name": "erm"}))
-    with pytest.raises(RunError, match=r"differs in: optim\.lr"):
+    with pytest.raises(RunDirectoryError, match=r"differs in: optim\.lr"):
         train(changed, quiet=True)
 
 

@@ -11,16 +11,16 @@ import torch
 from torch import nn
 
 from mr2.data.sources import InMemoryDataset
-from mr2.models import linear_probe
-from mr2.models.linear_probe import (
+from mr2.models import feature_cache
+from mr2.models.feature_cache import (
     CORRUPT_CACHE,
     NO_WEIGHTS_TO_CACHE,
     CorruptFeatureCacheWarning,
     FeatureCache,
     FeatureCacheKey,
-    LinearHead,
     extract_features,
 )
+from mr2.models.linear_head import LinearHead
 from mr2.models.registry import ModelConfig, build_model
 
 
@@ -129,7 +129,7 @@ def test_changed_weights_file_invalidates(tmp_path: Path, monkeypatch: pytest.Mo
     torch.save(build_model(ModelConfig("mlp", options=options), 3, (3, 4)).state_dict(), weights)
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert weights.stat().st_size == stat.st_size
-    monkeypatch.setattr(linear_probe, "_fingerprints", {})
+    monkeypatch.setattr(feature_cache, "_fingerprints", {})
     assert key() not in (first_key, second_key)
 
 

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from data.conftest import _write_cifar, _write_image_folder
 from mr2.config import apply_overrides
 from mr2.engine import TrainingSession
-from mr2.engine.loop import StepSetup, train_one_epoch
+from mr2.engine.loop import train_one_epoch
 from mr2.models.registry import ModelConfig, build_model
 from mr2.sweep import plan_sweep, spec_from_dict
 from mr2.sweep.presets import preset_path
@@ -75,16 +75,15 @@ def _weights_file(path: Path, name: str, options: dict[str, Any], input_shape: t
 
 def _two_steps(session: TrainingSession) -> None:
     config = session.config
-    loader = DataLoader(session.data.train, batch_size=config.data.batch_size, shuffle=True)
+    loader = DataLoader(session.trainer.data.train, batch_size=config.data.batch_size, shuffle=True)
     batches = list(itertools.islice(loader, 2))
     assert len(batches) == 2
-    trainable = [p for p in session.model.parameters() if p.requires_grad]
+    trainable = [p for p in session.trainer.model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in trainable]
-    session.method.on_epoch_start(0)
+    session.trainer.method.on_epoch_start(0)
     result = train_one_epoch(
-        session.train_model, session.method, batches, session.optimizer, session.scheduler,
-        StepSetup(session.device, session.amp_dtype, session.scaler, config.optim.grad_clip,
-                  config.log_every, None),
+        session.trainer.train_model, session.trainer.method, batches, session.trainer.optimizer, session.trainer.scheduler,
+        session.trainer.step_setup,
     )
     assert math.isfinite(result.loss) and result.samples == sum(len(b[1]) for b in batches)
     assert any(not torch.equal(a, p.detach()) for a, p in zip(before, trainable, strict=True))
@@ -155,11 +154,11 @@ def test_paper_recipe_builds_and_trains_two_steps(recipe, stand_ins, tmp_path):
         assert config.data.name == raw["base"]["data"]["name"] and config.model.name == raw["base"]["model"]["name"]
         assert config.optim.epochs == raw["base"]["optim"]["epochs"]
         session = TrainingSession(config, quiet=True)
-        assert session.data.num_classes == {"cifar": 100, "imagenet": 3, "pets": 3}[data_key]
+        assert session.trainer.data.num_classes == {"cifar": 100, "imagenet": 3, "pets": 3}[data_key]
         if recipe in LOADED:  # the recipe's weights went into the backbone
             key, module = LOADED[recipe]
             saved = torch.load(config.model.weights, weights_only=True)
             expected = saved["state_dict"][key] if "state_dict" in saved else saved[key]
-            assert torch.equal(session.model.backbone.get_parameter(module), expected.float())
+            assert torch.equal(session.trainer.model.backbone.get_parameter(module), expected.float())
         if stepped is None or label in stepped:
             _two_steps(session)

@@ -14,10 +14,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from mr2.config import ConfigError
     from mr2.data.errors import DatasetError
     from mr2.engine.checkpoint import CheckpointError
-    from mr2.engine.run import RunError
+    from mr2.engine.runtime import RunError
     from mr2.methods.jtt import EmptyErrorSetError
     from mr2.methods.registry import MethodConfigError
     from mr2.models.weights import WeightsMismatchError
+    from mr2.rundir import RunDirectoryError, RunLockedError
 
     return (
         ConfigError,
@@ -28,4 +29,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
         CheckpointError,
         WeightsMismatchError,
         EmptyErrorSetError,
+        RunDirectoryError,
+        RunLockedError,
     )

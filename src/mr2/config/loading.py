@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from mr2.config.paths import DottedPathError, set_dotted
 from mr2.config.schema import ConfigError, RunConfig, config_from_dict
 
 __all__ = ["apply_overrides", "load_config", "load_yaml"]
@@ -45,14 +46,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(BAD_OVERRIDE.format(item=item))
-        node = result
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(BAD_OVERRIDE.format(item=item))
-            node = child
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+        try:
+            set_dotted(result, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+        except DottedPathError as error:
+            raise ConfigError(BAD_OVERRIDE.format(item=item)) from error
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,21 @@ from torch.utils.data import Dataset
 
 from mr2.config import RunConfig
 
-__all__ = ["FeatureDataset", "build_data", "build_model_for"]
+__all__ = ["FeatureDataset", "RunData", "build_data", "build_model_for"]
+
+
+@dataclass
+class RunData:
+    """Data sets of a run after the regime is applied (features for a linear probe)."""
+
+    train: Dataset[Any]
+    val: Dataset[Any] | None
+    test: Dataset[Any]
+    num_classes: int
+    class_names: list[str]
+    train_class_counts: torch.Tensor
+    input_shape: tuple[int, ...]
+    dataset_name: str
 
 
 class FeatureDataset(Dataset[tuple[torch.Tensor, int, int]]):
@@ -42,11 +57,9 @@ def _model_config(config: RunConfig) -> Any:
     )
 
 
-def build_data(config: RunConfig, device: torch.device, rank: int) -> Any:
+def build_data(config: RunConfig, device: torch.device) -> RunData:
     """The run's data sets; for ``regime: linear_probe`` the frozen backbone's cached features."""
     from mr2.data.registry import DataConfig, build_datasets
-    from mr2.engine.run import DataParts
-
     data = config.data
     bundle = build_datasets(
         DataConfig(
@@ -61,7 +74,7 @@ def build_data(config: RunConfig, device: torch.device, rank: int) -> Any:
             extra=dict(data.options),
         )
     )
-    parts = DataParts(
+    parts = RunData(
         train=bundle.train,
         val=bundle.val,
         test=bundle.test,
@@ -76,9 +89,9 @@ def build_data(config: RunConfig, device: torch.device, rank: int) -> Any:
     return _extract_features(config, parts, device)
 
 
-def _extract_features(config: RunConfig, parts: Any, device: torch.device) -> Any:
+def _extract_features(config: RunConfig, parts: RunData, device: torch.device) -> RunData:
     """Replace the image data sets by the frozen backbone's features (cached on disk)."""
-    from mr2.models.linear_probe import FeatureCache, FeatureCacheKey, extract_features
+    from mr2.models.feature_cache import FeatureCache, FeatureCacheKey, extract_features
     from mr2.models.registry import build_model
 
     model_config = _model_config(config)
@@ -111,17 +124,17 @@ def _extract_features(config: RunConfig, parts: Any, device: torch.device) -> An
                 backbone, dataset, data.eval_batch_size, device, data.num_workers
             )
         splits[split] = FeatureDataset(features, labels)
-    train = splits["train"]
-    assert train is not None
-    parts.train, parts.val, parts.test = train, splits["val"], splits["test"]
+    train, test = splits["train"], splits["test"]
+    assert train is not None and test is not None
+    parts.train, parts.val, parts.test = train, splits["val"], test
     parts.input_shape = (int(train.features.shape[1]),)
     return parts
 
 
-def build_model_for(config: RunConfig, data: Any) -> nn.Module:
+def build_model_for(config: RunConfig, data: RunData) -> nn.Module:
     """The trainable model: the configured network, or a linear head on cached features."""
     if config.regime == "linear_probe":
-        from mr2.models.linear_probe import LinearHead
+        from mr2.models.linear_head import LinearHead
 
         return LinearHead(data.input_shape[0], data.num_classes)
     from mr2.models.registry import build_model

@@ -28,7 +28,7 @@ class StepSetup:
         amp_dtype: None (float32), torch.bfloat16 or torch.float16 for autocast.
         scaler: a GradScaler for float16, else None.
         grad_clip: max global gradient norm, or None.
-        log_every: steps between host syncs for the progress display.
+        log_every: steps between host syncs for step-level logging (progress bar, TensorBoard).
         process_group: torch.distributed group (gradients of the method's own parameters are
             averaged over it; the model's are averaged by DistributedDataParallel).
     """
@@ -43,6 +43,9 @@ class StepSetup:
 
 @dataclass
 class EpochResult:
+    """One epoch, summed over ranks: mean loss and accuracy, samples, wall time, and the epoch means
+    of the method's logged values (``loss_logit``, ``loss_rep``, ...)."""
+
     loss: float
     accuracy: float
     samples: int
@@ -81,8 +84,11 @@ def train_one_epoch(
 ) -> EpochResult:
     """Train ``model`` for one pass over ``loader`` (items ``(inputs, target, index)``).
 
-    The AMP order is scale, backward, unscale, clip, step. Loss and accuracy are accumulated on the
-    device and read on the host only every ``setup.log_every`` steps and at the end.
+    The AMP order is scale, backward, unscale, clip, step. Loss, accuracy and the method's
+    :meth:`~mr2.methods.base.TrainingMethod.log_values` are accumulated on the device; the host reads
+    them only every ``setup.log_every`` steps (``progress(step, values)``: that step's loss and
+    parts) and at the end. ``EpochResult.values`` are the sample-weighted epoch means of the
+    method's log values over all ranks.
     """
     model.train()
     method.train()
@@ -92,6 +98,7 @@ def train_one_epoch(
     samples = 0
     start = time.perf_counter()
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    value_sums: dict[str, torch.Tensor] = {}
     for step, (inputs, target, index) in enumerate(loader):
         inputs = inputs.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
@@ -116,15 +123,25 @@ def train_one_epoch(
             optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        loss_sum += loss.detach() * target.shape[0]
+        batch = target.shape[0]
+        loss_sum += loss.detach() * batch
         correct += (logits.detach().argmax(dim=1) == target).sum()
-        samples += target.shape[0]
+        samples += batch
+        step_values = method.log_values()
+        for key, value in step_values.items():
+            weighted = value.detach().float() * batch
+            value_sums[key] = value_sums[key] + weighted if key in value_sums else weighted
         if progress is not None and (step + 1) % setup.log_every == 0:
-            progress(step + 1, {"loss": float(loss_sum) / samples, "acc": float(correct) / samples})
-    totals = torch.stack([loss_sum, correct.to(loss_sum.dtype), torch.tensor(float(samples), device=device)])
+            shown = {"loss": float(loss.detach()), **{k: float(v) for k, v in step_values.items()}}
+            progress(step + 1, shown)
+    keys = sorted(value_sums)
+    totals = torch.stack(
+        [loss_sum, correct.to(loss_sum.dtype), torch.tensor(float(samples), device=device)]
+        + [value_sums[k].to(loss_sum.dtype) for k in keys]
+    )
     distributed.all_reduce_sum_(totals, setup.process_group)
-    values = {k: float(v) for k, v in method.log_values().items()}
     n = max(float(totals[2]), 1.0)
+    values = {k: float(totals[3 + i]) / n for i, k in enumerate(keys)}
     return EpochResult(
         float(totals[0]) / n, float(totals[1]) / n, int(totals[2]), time.perf_counter() - start, values
     )

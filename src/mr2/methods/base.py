@@ -30,7 +30,7 @@ their state only in training mode (never from evaluation data).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -53,7 +53,6 @@ class MethodContext:
         process_group: the torch.distributed group (None: not distributed, or the default group).
         validation_class_accuracy: per-class accuracy of a reference model on the validation split,
             where a method needs it (CDB-CE); None otherwise.
-        extra: free-form values from the method's config section.
         predict_train_set: where a method needs it (JTT with ``error_source="eval_pass"``): returns
             ``(predicted, target)``, two int64 tensors [num_train_samples] in data-set index order:
             the CURRENT model's argmax predictions in eval mode (eval transforms) on the whole
@@ -69,7 +68,6 @@ class MethodContext:
     model_factory: Callable[[], nn.Module] | None = None
     process_group: Any = None
     validation_class_accuracy: torch.Tensor | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     predict_train_set: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
@@ -82,6 +80,14 @@ class TrainingMethod(nn.Module):
 
     #: Registry name used in configs (``method: <name>``).
     name: str = "base"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._logged: dict[str, torch.Tensor] = {}
+
+    def record(self, **values: torch.Tensor) -> None:
+        """Keep this step's values (detached, on the device) for :meth:`log_values`."""
+        self._logged = {key: value.detach() for key, value in values.items()}
 
     def setup(self, context: MethodContext) -> None:
         """Allocate state that depends on the data (per-sample buffers, a second model)."""
@@ -137,8 +143,9 @@ class TrainingMethod(nn.Module):
         raise NotImplementedError
 
     def log_values(self) -> dict[str, torch.Tensor]:
-        """Detached 0-dim tensors to log (the engine syncs them only at logging intervals)."""
-        return {}
+        """The last step's detached 0-dim tensors (what :meth:`record` kept). The engine reads them
+        on the host only every ``log_every`` steps, and averages them over the epoch on the device."""
+        return dict(self._logged)
 
     def class_statistics(self) -> dict[str, torch.Tensor] | None:
         """Per-class [K] tensors to record each epoch and in final.json (MR2: ``mean_sq_norm``,

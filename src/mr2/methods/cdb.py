@@ -9,12 +9,14 @@ import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
 from mr2.functional.baselines import cdb_class_weights, cdb_dynamic_tau
+from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
 
 __all__ = ["CDB"]
 
 BAD_TAU = "tau must be a number > 0 or 'dynamic'; got {value!r}."
+BAD_UPDATE = "update must be 'every_validation' or 'fixed'; got {value!r}."
 BAD_ACCURACY = "class_accuracy must have shape [num_classes]={expected}; got {shape}."
 
 
@@ -58,13 +60,12 @@ class CDB(TrainingMethod):
         if tau != "dynamic" and (isinstance(tau, str) or float(tau) <= 0):
             raise MR2InputError(BAD_TAU.format(value=tau))
         if update not in ("every_validation", "fixed"):
-            raise MR2InputError(f"update must be 'every_validation' or 'fixed'; got {update!r}.")
+            raise MR2InputError(BAD_UPDATE.format(value=update))
         self.tau: float | Literal["dynamic"] = tau if tau == "dynamic" else float(tau)
         self.update = update
         # Validation accuracy the weights were computed from (0 = difficulty 1 = weight 1).
         self.register_buffer("class_accuracy", torch.zeros(num_classes, dtype=torch.float64))
         self.register_buffer("class_weights", torch.ones(num_classes))
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         self.class_accuracy = self.class_accuracy.to(context.device)
@@ -92,15 +93,13 @@ class CDB(TrainingMethod):
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
+        dtype = working_dtype(logits)
         per_sample = F.cross_entropy(logits.to(dtype), target, reduction="none")
         loss = (self.class_weights.to(dtype)[target] * per_sample).mean()
-        self._last = {
-            "loss": loss.detach(),
-            "class_weight_min": self.class_weights.min(),
-            "class_weight_max": self.class_weights.max(),
-        }
+        self.record(
+            loss=loss,
+            class_weight_min=self.class_weights.min(),
+            class_weight_max=self.class_weights.max(),
+        )
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)

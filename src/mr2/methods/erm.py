@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.functional.reduction import working_dtype
 from mr2.methods.base import TrainingMethod
 from mr2.methods.registry import register_method
 
@@ -42,16 +43,13 @@ class ERM(TrainingMethod):
         if not 0.0 <= float(label_smoothing) < 1.0:
             raise MR2InputError(BAD_SMOOTHING.format(value=label_smoothing))
         self.label_smoothing = float(label_smoothing)
-        self._last: dict[str, torch.Tensor] = {}
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
+        dtype = working_dtype(logits)
         loss = F.cross_entropy(logits.to(dtype), target, label_smoothing=self.label_smoothing)
-        self._last = {"loss": loss.detach()}
+        self.record(loss=loss)
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)

@@ -41,15 +41,12 @@ class Focal(TrainingMethod):
         if float(gamma) < 0:
             raise MR2InputError(BAD_GAMMA.format(value=gamma))
         self.gamma = float(gamma)
-        self._last: dict[str, torch.Tensor] = {}
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
         loss = focal_loss(logits, target, self.gamma)
-        self._last = {"loss": loss.detach()}
+        self.record(loss=loss)
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)

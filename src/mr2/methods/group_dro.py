@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from mr2 import distributed
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
 from mr2.functional.baselines import class_loss_sums, group_dro_update
+from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
 
@@ -66,7 +67,6 @@ class GroupDRO(TrainingMethod):
         self.register_buffer("q", torch.full((num_classes,), 1.0 / num_classes, dtype=torch.float64))
         self.register_buffer("class_adjustment", torch.zeros(num_classes, dtype=torch.float64))
         self._group: Any = None
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         counts = context.class_counts.to(device=context.device, dtype=torch.float64)
@@ -78,7 +78,7 @@ class GroupDRO(TrainingMethod):
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
+        dtype = working_dtype(logits)
         per_sample = F.cross_entropy(logits.to(dtype), target, reduction="none")
         local_sums, local_counts = class_loss_sums(per_sample, target, self.num_classes)
         reduced = torch.cat([local_sums.detach(), local_counts])
@@ -95,13 +95,11 @@ class GroupDRO(TrainingMethod):
                 self.q.copy_(group_dro_update(self.q, class_loss, present, self.eta, self.class_adjustment))
         q = self.q.to(dtype)
         loss = world * (q * local_sums / denom).sum()
-        self._last = {
-            "loss": (q * class_loss).sum(),
-            "worst_class_loss": torch.where(present, class_loss, torch.zeros_like(class_loss)).max(),
-            "q_max": q.max(),
-            "q_min": q.min(),
-        }
+        self.record(
+            loss=(q * class_loss).sum(),
+            worst_class_loss=torch.where(present, class_loss, torch.zeros_like(class_loss)).max(),
+            q_max=q.max(),
+            q_min=q.min(),
+        )
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)

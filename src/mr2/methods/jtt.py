@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from mr2 import distributed
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
 from mr2.functional.baselines import jtt_upsampled_indices
+from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
 
@@ -26,6 +27,7 @@ BAD_STAGE1 = (
     "stage1_epochs must be an integer >= 1 and smaller than the number of epochs ({epochs}), so that "
     "stage 2 has at least one epoch; got {value!r}."
 )
+BAD_STAGE1_VALUE = "stage1_epochs must be an integer >= 1 (or null for the default); got {value!r}."
 BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
 BAD_SOURCE = "error_source must be 'train_mode' (the reference) or 'eval_pass'; got {value!r}."
 NO_PREDICTOR = (
@@ -104,7 +106,7 @@ class JTT(TrainingMethod):
         if stage1_epochs is not None and (
             isinstance(stage1_epochs, bool) or not isinstance(stage1_epochs, int) or stage1_epochs < 1
         ):
-            raise MR2InputError(BAD_STAGE1.format(epochs="?", value=stage1_epochs))
+            raise MR2InputError(BAD_STAGE1_VALUE.format(value=stage1_epochs))
         self.requested_stage1_epochs = stage1_epochs
         self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
         self.lambda_up = lambda_up
@@ -119,7 +121,6 @@ class JTT(TrainingMethod):
         self._predict: Any = None
         self._epoch = 0
         self._index: torch.Tensor | None = None
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         epochs = context.epochs
@@ -161,7 +162,7 @@ class JTT(TrainingMethod):
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
+        dtype = working_dtype(logits)
         loss = F.cross_entropy(logits.to(dtype), target)
         if self.training and self.error_source == "train_mode" and self._epoch == self.recording_epoch:
             if self._index is None:
@@ -171,7 +172,7 @@ class JTT(TrainingMethod):
                 self.wrong_count.index_add_(0, self._index, wrong)
                 self.seen_count.index_add_(0, self._index, torch.ones_like(wrong))
         self._index = None
-        self._last = {"loss": loss.detach()}
+        self.record(loss=loss)
         return loss
 
     def on_epoch_end(self, epoch: int) -> None:
@@ -217,4 +218,4 @@ class JTT(TrainingMethod):
 
     def log_values(self) -> dict[str, torch.Tensor]:
         """The loss and the size of the frozen error set (0 until it is recorded)."""
-        return {**self._last, "error_set_size": self.errors.sum()}
+        return {**super().log_values(), "error_set_size": self.errors.sum()}

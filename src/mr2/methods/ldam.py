@@ -107,7 +107,6 @@ class LDAM(TrainingMethod):
         self.register_buffer("margins", torch.full((num_classes,), self.max_margin))
         self.register_buffer("drw_weights", torch.ones(num_classes))
         self.register_buffer("class_weights", torch.ones(num_classes))
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         counts = context.class_counts
@@ -135,8 +134,6 @@ class LDAM(TrainingMethod):
         margin_logits = ldam_logits(logits, target, self.margins, self.scale)
         weight = self.class_weights.to(margin_logits.dtype)
         loss = F.cross_entropy(margin_logits, target, weight=weight)
-        self._last = {"loss": loss.detach()}
+        self.record(loss=loss)
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)

@@ -18,6 +18,7 @@ from mr2.functional.baselines import (
     per_sample_ema,
     relative_difficulty,
 )
+from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
 
@@ -33,6 +34,7 @@ NO_BIASED_LOGITS = (
     "LfF.forward was called in training mode without a preceding on_batch(inputs, target, index): "
     "the engine must call method.on_batch before the model's forward on every training batch."
 )
+BAD_Q = "q must be in (0, 1]; got {value!r}."
 BAD_DECAY = "ema_decay must be in [0, 1); got {value!r}."
 BAD_GCE_FORM = "gce_form must be 'reference' (alinlab/LfF) or 'paper'; got {value!r}."
 
@@ -103,7 +105,7 @@ class LfF(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if not 0.0 < float(q) <= 1.0:
-            raise MR2InputError(f"q must be in (0, 1]; got {q!r}.")
+            raise MR2InputError(BAD_Q.format(value=q))
         if not 0.0 <= float(ema_decay) < 1.0:
             raise MR2InputError(BAD_DECAY.format(value=ema_decay))
         if gce_form not in ("reference", "paper"):
@@ -119,7 +121,6 @@ class LfF(TrainingMethod):
         self._group: Any = None
         self._inputs: torch.Tensor | None = None
         self._index: torch.Tensor | None = None
-        self._last: dict[str, torch.Tensor] = {}
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class LfF(TrainingMethod):
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = torch.promote_types(logits.dtype, torch.float32)
+        dtype = working_dtype(logits)
         ce_debiased = F.cross_entropy(logits.to(dtype), target, reduction="none")
         if not self.training:
             return ce_debiased.mean()
@@ -164,7 +165,7 @@ class LfF(TrainingMethod):
         self.biased_model.train()
         biased_logits = _logits_of(self.biased_model(inputs))
         check_classification_inputs(biased_logits, None, target, self.num_classes)
-        biased_logits = biased_logits.to(torch.promote_types(biased_logits.dtype, torch.float32))
+        biased_logits = biased_logits.to(working_dtype(biased_logits))
 
         with torch.no_grad():
             ce_biased = F.cross_entropy(biased_logits, target, reduction="none")
@@ -182,18 +183,16 @@ class LfF(TrainingMethod):
             loss_biased = generalized_cross_entropy(biased_logits, target, self.q)
         loss_debiased = (weight * ce_debiased).mean()
         loss = loss_biased + loss_debiased
-        self._last = {
-            "loss": loss.detach(),
-            "loss_biased": loss_biased.detach(),
-            "loss_debiased": loss_debiased.detach(),
-            "ce_biased": ce_biased.mean(),
-            "ce_debiased": ce_debiased.detach().mean(),
-            "weight_mean": weight.mean(),
-        }
+        self.record(
+            loss=loss,
+            loss_biased=loss_biased,
+            loss_debiased=loss_debiased,
+            ce_biased=ce_biased.mean(),
+            ce_debiased=ce_debiased.detach().mean(),
+            weight_mean=weight.mean(),
+        )
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)
 
     # -- per-sample state ----------------------------------------------------------------------
 

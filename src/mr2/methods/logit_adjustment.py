@@ -42,7 +42,6 @@ class LogitAdjustment(TrainingMethod):
         self.num_classes = check_num_classes(num_classes)
         self.tau = float(tau)
         self.register_buffer("log_prior", torch.full((num_classes,), -math.log(num_classes)))
-        self._last: dict[str, torch.Tensor] = {}
 
     def setup(self, context: MethodContext) -> None:
         counts = context.class_counts.to(torch.float64)
@@ -56,8 +55,6 @@ class LogitAdjustment(TrainingMethod):
     ) -> torch.Tensor:
         check_classification_inputs(logits, None, target, self.num_classes)
         loss = logit_adjusted_cross_entropy(logits, target, self.log_prior, self.tau)
-        self._last = {"loss": loss.detach()}
+        self.record(loss=loss)
         return loss
 
-    def log_values(self) -> dict[str, torch.Tensor]:
-        return dict(self._last)

@@ -119,4 +119,5 @@ def build_method(name: str, num_classes: int, **options: Any) -> TrainingMethod:
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise MethodConfigError(UNKNOWN_OPTIONS.format(unknown=unknown, name=name, valid=sorted(valid)))
-    return cls(num_classes, **options)
+    constructor: Callable[..., TrainingMethod] = cls  # subclasses take (num_classes, **options)
+    return constructor(num_classes, **options)

@@ -1,14 +1,14 @@
 """Models that return ``(logits, features)``, and the wrapper that makes any classifier do so."""
 
 from mr2.models.classifier import BackboneClassifier
-from mr2.models.feature_capture import ClassifierWithFeatures, find_classifier
-from mr2.models.linear_probe import (
+from mr2.models.feature_cache import (
     CorruptFeatureCacheWarning,
     FeatureCache,
     FeatureCacheKey,
-    LinearHead,
     extract_features,
 )
+from mr2.models.feature_capture import ClassifierWithFeatures, find_classifier
+from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
 from mr2.models.registry import MODEL_NAMES, ModelConfig, build_model, feature_dim_of
 from mr2.models.resnet_cifar import ResNetCifar, WideResNet, resnet32, wrn28_10

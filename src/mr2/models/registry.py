@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from mr2.models.classifier import BackboneClassifier
-from mr2.models.linear_probe import LinearHead
+from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
 from mr2.models.resnet_cifar import resnet32, wrn28_10
 from mr2.models.small_cnn import SmallCNN

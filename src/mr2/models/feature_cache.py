@@ -1,10 +1,10 @@
-"""Linear probing: extract a frozen backbone's features once, cache them, train a linear head on them.
+"""Linear probing's feature cache: extract a frozen backbone's features once and keep them on disk.
 
 Running a frozen ViT-B/16 over a data set costs the same every epoch, and the head learns nothing
 from repeating it. :func:`extract_features` runs the backbone once (eval mode, no autograd);
 :class:`FeatureCache` keeps the result on disk under a key that changes whenever the backbone, its
-weights or the data change; :class:`LinearHead` is then trained on the cached ``[N, d]`` features,
-orders of magnitude faster than running the backbone each epoch.
+weights or the data change; :class:`~mr2.models.linear_head.LinearHead` is then trained on the
+cached ``[N, d]`` features, orders of magnitude faster than running the backbone each epoch.
 
 Typical use::
 
@@ -42,7 +42,6 @@ __all__ = [
     "CorruptFeatureCacheWarning",
     "FeatureCache",
     "FeatureCacheKey",
-    "LinearHead",
     "extract_features",
     "weights_fingerprint",
 ]
@@ -60,29 +59,6 @@ _HASH_CHUNK = 1 << 20
 
 class CorruptFeatureCacheWarning(UserWarning):
     """A cached feature file could not be read or does not match its key; it is rebuilt."""
-
-
-class LinearHead(BackboneClassifier):
-    """The model trained on cached features: ``logits = W features + b``.
-
-    Its input IS the feature vector, so ``forward(features)`` returns ``(logits, features)`` with
-    the input passed through unchanged; the losses and class statistics see the same
-    ``(logits, features)`` pair as with the full model.
-
-    Args:
-        feature_dim: d, the width of the cached features.
-        num_classes: K.
-
-    Example:
-        >>> head = LinearHead(feature_dim=8, num_classes=3)
-        >>> x = torch.randn(4, 8)
-        >>> logits, features = head(x)
-        >>> logits.shape, features is x
-        (torch.Size([4, 3]), True)
-    """
-
-    def __init__(self, feature_dim: int, num_classes: int) -> None:
-        super().__init__(nn.Identity(), feature_dim, num_classes)
 
 
 def _features_of(backbone: nn.Module, inputs: torch.Tensor) -> torch.Tensor:

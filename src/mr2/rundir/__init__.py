@@ -1,0 +1,27 @@
+"""Run directories: one owner per run (a lock), their layout and the rules that keep them consistent."""
+
+from mr2.rundir.layout import (
+    CONFIG_CHANGED,
+    NOT_A_RUN,
+    OVERWRITTEN_DIR,
+    RUN_EXISTS,
+    TRAINER_LOG,
+    RunDirectory,
+    RunDirectoryError,
+)
+from mr2.rundir.lock import LOCK_FILE, RUN_LOCKED, RunLock, RunLockedError, lock_holder
+
+__all__ = [
+    "CONFIG_CHANGED",
+    "LOCK_FILE",
+    "NOT_A_RUN",
+    "OVERWRITTEN_DIR",
+    "RUN_EXISTS",
+    "RUN_LOCKED",
+    "TRAINER_LOG",
+    "RunDirectory",
+    "RunDirectoryError",
+    "RunLock",
+    "RunLockedError",
+    "lock_holder",
+]

@@ -1,0 +1,296 @@
+"""The run directory's rules, written once: layout, lock, resume truncation, clean-up, safe overwrite.
+
+``mr2 train``, ``mr2 eval``, the sweep and the report all go through :class:`RunDirectory`:
+
+- layout: ``config.yaml``, ``metrics.jsonl``, ``final.json``, ``eval_<split>.json``,
+  ``checkpoints/{last,best}.pt``, ``tensorboard/``, ``train.log`` (the sweep's log of the trainer's
+  output), ``.lock`` (see :mod:`mr2.rundir.lock`);
+- every file is written atomically (:mod:`mr2.io`), so a kill leaves the old or the new version;
+- on resume ``metrics.jsonl`` is cut back to the checkpoint's epoch (a line is appended before the
+  checkpoint is written, so a kill between the two leaves one line too many);
+- temporary files of interrupted atomic writes (``.<name>.*.tmp``) are removed when a run starts;
+- ``--overwrite`` never loses the old run before the new one exists: the old files are moved into
+  ``.overwritten/`` and deleted only once the new run has written its first checkpoint; a new run
+  that fails before that gets the old files back (at once, or, after a kill, when the directory is
+  next opened).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mr2.config.diff import RESUMABLE_KEYS, config_differences
+from mr2.io import atomic_write_text
+from mr2.rundir.lock import LOCK_FILE, RunLock, lock_holder
+
+__all__ = [
+    "CONFIG_CHANGED",
+    "NOT_A_RUN",
+    "OVERWRITTEN_DIR",
+    "RUN_EXISTS",
+    "TRAINER_LOG",
+    "RunDirectory",
+    "RunDirectoryError",
+]
+
+RUN_EXISTS = (
+    "run directory {path} holds a finished run (final.json). Choose another name, delete it, or "
+    "pass --overwrite."
+)
+CONFIG_CHANGED = (
+    "run directory {path} holds {what} of a run with a different configuration "
+    "(differs in: {keys}). Use another run name or --overwrite."
+)
+NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.pt)."
+
+#: Where ``--overwrite`` keeps the previous run until the new one has its first checkpoint.
+OVERWRITTEN_DIR = ".overwritten"
+#: The trainer's stdout/stderr when a sweep runs it (kept in place by an overwrite: it is open).
+TRAINER_LOG = "train.log"
+_KEPT = (LOCK_FILE, OVERWRITTEN_DIR, TRAINER_LOG)
+
+
+class RunDirectoryError(RuntimeError):
+    """A run directory that cannot be used as asked; the message says why and what to do."""
+
+
+class RunDirectory:
+    """The files of one run, and the operations that keep them consistent.
+
+    Example:
+        >>> import tempfile
+        >>> run = RunDirectory(Path(tempfile.mkdtemp()) / "erm-s0")
+        >>> run.final.name, run.last_checkpoint.relative_to(run.path).as_posix()
+        ('final.json', 'checkpoints/last.pt')
+        >>> run.is_finished, run.holder() is None
+        (False, True)
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = RunLock(self.path)
+
+    # ----------------------------------------------------------------- layout
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def final(self) -> Path:
+        return self.path / "final.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / "last.pt"
+
+    @property
+    def best_checkpoint(self) -> Path:
+        return self.checkpoints / "best.pt"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def log(self) -> Path:
+        return self.path / TRAINER_LOG
+
+    @property
+    def overwritten(self) -> Path:
+        return self.path / OVERWRITTEN_DIR
+
+    def eval_file(self, split: str) -> Path:
+        """``eval_<split>.json``: a re-evaluation by ``mr2 eval``."""
+        return self.path / f"eval_{split}.json"
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether ``final.json`` exists (its presence means the run finished)."""
+        return self.final.is_file()
+
+    def read_config(self) -> dict[str, Any] | None:
+        """The saved ``config.yaml`` as a dict (None when absent or not a mapping)."""
+        try:
+            data = yaml.safe_load(self.config_file.read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def has_run_files(self) -> bool:
+        """Whether anything a trainer writes is there (config aside): metrics, results, checkpoints."""
+        return any(p.exists() for p in (self.metrics, self.final, self.last_checkpoint, self.tensorboard))
+
+    # ------------------------------------------------------------------- lock
+    def lock(self) -> RunDirectory:
+        """Own the directory (see :class:`~mr2.rundir.lock.RunLock`); creates it."""
+        self._lock.acquire()
+        return self
+
+    def unlock(self) -> None:
+        self._lock.release()
+
+    @property
+    def locked_by_me(self) -> bool:
+        return self._lock.held
+
+    def holder(self) -> int | None:
+        """The pid of the process owning this directory (None: nobody)."""
+        return lock_holder(self.path)
+
+    # ------------------------------------------------------------- clean-up
+    def temporary_files(self) -> Iterator[Path]:
+        """Leftovers of interrupted atomic writes (``.<name>.<random>.tmp``) anywhere in the run."""
+        if not self.path.is_dir():
+            return
+        for file in self.path.rglob(".*.tmp"):
+            if OVERWRITTEN_DIR not in file.relative_to(self.path).parts and file.is_file():
+                yield file
+
+    def remove_temporary_files(self) -> list[Path]:
+        """Delete :meth:`temporary_files` (only while owning the directory)."""
+        self._require_lock()
+        removed = list(self.temporary_files())
+        for file in removed:
+            file.unlink(missing_ok=True)
+        return removed
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The records of ``metrics.jsonl`` (complete lines that parse; a torn last line is dropped)."""
+        try:
+            lines = self.metrics.read_text().splitlines()
+        except OSError:
+            return []
+        records = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Add one epoch's record to ``metrics.jsonl`` (the file is rewritten atomically)."""
+        lines = [json.dumps(r) for r in self.read_metrics()] + [json.dumps(record)]
+        atomic_write_text(self.metrics, "\n".join(lines) + "\n")
+
+    def truncate_metrics(self, epoch: int) -> None:
+        """Keep the records of epochs ``<= epoch`` (atomically); ``epoch = 0`` removes the file."""
+        self._require_lock()
+        if not self.metrics.exists():
+            return
+        kept = [r for r in self.read_metrics() if int(r.get("epoch", 0)) <= epoch]
+        if not kept:
+            self.metrics.unlink()
+            return
+        text = "\n".join(json.dumps(r) for r in kept) + "\n"
+        if text != self.metrics.read_text():
+            atomic_write_text(self.metrics, text)
+
+    # ------------------------------------------------------------- training
+    def open_for_training(self, config: dict[str, Any], *, overwrite: bool) -> bool:
+        """Make the (locked) directory ready for a trainer with resolved ``config``.
+
+        Finishes a killed overwrite (:meth:`recover`); refuses a finished run unless ``overwrite``;
+        refuses files of a run with another configuration (a checkpoint, or metrics / results of an
+        attempt killed before its first checkpoint) unless ``overwrite``; with ``overwrite`` moves
+        the previous run aside (:meth:`stage_overwrite`). Writes ``config.yaml``. Returns whether an
+        overwrite was staged (then call :meth:`commit_overwrite` after the first checkpoint).
+        """
+        self.recover()
+        staged = False
+        if overwrite:
+            staged = self.stage_overwrite()
+        else:
+            if self.is_finished:
+                raise RunDirectoryError(RUN_EXISTS.format(path=self.path))
+            previous = self.read_config()
+            if previous is not None and self.has_run_files():
+                changed = config_differences(previous, config, ignore=RESUMABLE_KEYS)
+                if changed:
+                    what = "a checkpoint" if self.last_checkpoint.exists() else "files"
+                    raise RunDirectoryError(
+                        CONFIG_CHANGED.format(path=self.path, what=what, keys=", ".join(changed))
+                    )
+        atomic_write_text(self.config_file, yaml.safe_dump(config, sort_keys=False))
+        return staged
+
+    def require_trained(self) -> None:
+        """Raise :class:`RunDirectoryError` unless a config and a checkpoint are there."""
+        if not self.config_file.is_file() or not self.last_checkpoint.is_file():
+            raise RunDirectoryError(NOT_A_RUN.format(path=self.path))
+
+    # -------------------------------------------------------------- overwrite
+    def _movable(self) -> list[Path]:
+        if not self.path.is_dir():
+            return []
+        return sorted(p for p in self.path.iterdir() if p.name not in _KEPT)
+
+    def stage_overwrite(self) -> bool:
+        """Move every file of the previous run into ``.overwritten/`` (renames; nothing is deleted).
+
+        Returns whether anything was moved. Call :meth:`commit_overwrite` once the new run has its
+        first checkpoint, :meth:`restore_overwritten` if it fails before that.
+        """
+        self._require_lock()
+        self.recover()
+        items = self._movable()
+        if not items:
+            return False
+        self.overwritten.mkdir()
+        for item in items:
+            os.replace(item, self.overwritten / item.name)
+        return True
+
+    def commit_overwrite(self) -> None:
+        """Delete the previous run kept by :meth:`stage_overwrite` (the new run now stands alone)."""
+        self._require_lock()
+        if self.overwritten.exists():
+            shutil.rmtree(self.overwritten)
+
+    def restore_overwritten(self) -> None:
+        """Put the previous run back, replacing the files the failed new run wrote."""
+        self._require_lock()
+        if not self.overwritten.is_dir():
+            return
+        for item in self._movable():
+            if item.is_dir():
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+        for item in sorted(self.overwritten.iterdir()):
+            os.replace(item, self.path / item.name)
+        self.overwritten.rmdir()
+
+    def recover(self) -> None:
+        """Finish what a killed overwrite left: the new run has its first checkpoint -> drop the old
+        files; otherwise -> restore them. Also removes temporary files of interrupted writes."""
+        self._require_lock()
+        if self.overwritten.exists():
+            if self.last_checkpoint.is_file():
+                self.commit_overwrite()
+            else:
+                self.restore_overwritten()
+        self.remove_temporary_files()
+
+    def _require_lock(self) -> None:
+        if not self._lock.held:
+            raise RuntimeError(f"{self.path}: this operation needs the run directory's lock (call lock())")

@@ -1,0 +1,131 @@
+"""One owner per run directory: an exclusive ``flock`` on ``<run>/.lock``.
+
+The lock is held for the whole life of a trainer (or an evaluation) and released by the operating
+system when the process ends, however it ends (``kill -9`` included), so a stale lock cannot
+outlive its holder. The holder writes its pid into the file so that a refused second process can
+name it. ``flock`` locks belong to an open file description: a second ``RunLock`` on the same
+directory fails even inside the same process.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["LOCK_FILE", "RUN_LOCKED", "RunLock", "RunLockedError", "lock_holder"]
+
+LOCK_FILE = ".lock"
+RUN_LOCKED = (
+    "run directory {path} is in use by process {pid} (a trainer or evaluation holds {lock}); wait "
+    "for it to end or stop it (kill {pid}), then try again"
+)
+_ATTEMPTS = 5
+_RETRY_SECONDS = 0.05
+
+
+class RunLockedError(RuntimeError):
+    """Another process owns the run directory; the message names its pid."""
+
+
+def _read_pid(path: Path) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return "unknown"
+    return text or "unknown"
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run directory.
+
+    Example:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> with RunLock(run):
+        ...     lock_holder(run) == os.getpid()
+        True
+        >>> lock_holder(run) is None
+        True
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self) -> RunLock:
+        """Take the lock (creating the directory), or raise :class:`RunLockedError` at once."""
+        if self._fd is not None:
+            return self
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        # A few short retries: :func:`lock_holder` probes take the lock for microseconds.
+        for attempt in range(_ATTEMPTS):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if attempt + 1 == _ATTEMPTS:
+                    os.close(fd)
+                    pid = _read_pid(self.path)
+                    raise RunLockedError(
+                        RUN_LOCKED.format(path=self.run_dir, pid=pid, lock=self.path)
+                    ) from None
+                time.sleep(_RETRY_SECONDS)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Give the lock up (the file stays; its content is stale once nobody holds the lock)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __del__(self) -> None:
+        self.release()
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
+    """The pid of the process holding ``run_dir``'s lock, or None when nobody holds it.
+
+    Read-only: it creates nothing (a directory without a lock file has no holder).
+    """
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = _read_pid(path)
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
