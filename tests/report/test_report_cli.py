@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +42,15 @@ def test_full_report(comparison_runs: list[Path], tmp_path: Path, capsys: pytest
     assert "Reference method: **erm**" in markdown
     assert "bootstrap intervals" in markdown and "Spearman rank correlation" in markdown
     assert "![Sorted per-class accuracy" in markdown
-    data = json.loads((out / "report.json").read_text())
+    # Strict JSON: undefined values are null, never a NaN token.
+    data = json.loads((out / "report.json").read_text(), parse_constant=lambda token: pytest.fail(token))
+    assert data["methods"]["erm"]["paired_t_test"] == {}
+    assert data["runs"]["erm-seed0"]["report"]["summary"]["overall"] is not None
+    # report.html stands alone: every image inline, no script, style or link fetched from elsewhere.
+    page = (out / "report.html").read_text()
+    assert re.findall(r'<img [^>]*src="([^":]*):', page) == ["data"] * page.count("<img ")
+    assert page.count("<img ") == len(list((out / "plots").glob("*.png")))
+    assert not re.search(r'(src|href)="(?!data:)', page)
     assert data["diagnostics"]["mr2-seed0"]["spearman_vs_error"]["spread"]["rho"] > 0.5
     assert data["training_evolution"]["mr2-seed1"]["epochs"] == [0, 1, 2, 3]
     assert data["runs"]["mr2-seed0"]["bootstrap"]["overall"]["low"] is not None
@@ -126,3 +135,8 @@ def test_missing_class_in_every_run(tmp_path: Path) -> None:
     per_class = (tmp_path / "out" / "per_class.csv").read_text().splitlines()
     assert per_class[2] == "1,,0,,,,"
     assert (tmp_path / "out" / "plots" / "sorted_accuracy.png").stat().st_size > 0
+    text = (tmp_path / "out" / "report.json").read_text()
+    assert "NaN" not in text
+    data = json.loads(text)
+    assert data["runs"]["erm0"]["report"]["by_class"][1] is None
+    assert data["methods"]["mr2"]["per_class_mean"][1] is None
