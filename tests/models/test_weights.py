@@ -14,6 +14,8 @@ from mr2.models.torchvision_models import TorchvisionClassifier
 from mr2.models.weights import (
     NO_STATE_DICT,
     WEIGHTS_NOT_FOUND,
+    WEIGHTS_REFUSED,
+    WeightsFileError,
     WeightsMismatchError,
     load_state_dict_file,
 )
@@ -241,5 +243,9 @@ def test_files_without_weights(tmp_path: Path) -> None:
     # weights_only=True: a pickle that would run code (any non-allowlisted class) is refused.
     path = tmp_path / "code.pt"
     torch.save({"weight": torch.zeros(1), "payload": _NotATensor()}, path)
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(WeightsFileError) as refused:
         load_state_dict_file(path)
+    assert str(refused.value) == WEIGHTS_REFUSED.format(
+        path=path, reason=f"{__name__}._NotATensor is not allowed"
+    )
+    assert isinstance(refused.value.__cause__, pickle.UnpicklingError)

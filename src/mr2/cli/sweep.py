@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
 
     from mr2.config import ConfigError, load_yaml
+    from mr2.report.tables import comparison_markdown
     from mr2.sweep import SweepInterrupted, SweepSpecError, describe_plan, prepare_sweep, run_sweep
     from mr2.sweep.presets import preset_path
     from mr2.sweep.spec import spec_from_dict
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return 128 + interrupt.signum
     if result.report is not None:
         print()
-        print(result.report.output.comparison.to_markdown())
+        print(comparison_markdown(result.report.output.comparison))
         print(f"Report: {result.report.markdown_path}")
     if args.no_wait and spec.launcher.name == "slurm":
         return 0 if not result.failed else EXIT_FAILED_RUNS

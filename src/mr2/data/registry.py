@@ -41,6 +41,7 @@ __all__ = [
     "DatasetEntry",
     "build_datasets",
     "register_dataset",
+    "valid_options",
 ]
 
 @dataclass
@@ -120,12 +121,15 @@ class DatasetEntry:
         regime: default transform regime.
         normalization: key of :data:`~mr2.data.transforms.NORMALIZATION` (None: the regime's).
         regime_configurable: whether ``extra["regime"]`` may override ``regime``.
+        options: the ``extra`` keys its loader reads; the transform's keys (``regime``, ``mean``,
+            ``std``, ``mnist_crop``) are added by :func:`valid_options` where they apply.
     """
 
     load: Callable[[DataConfig], SourceSplits]
     regime: str
     normalization: str | None = None
     regime_configurable: bool = False
+    options: frozenset[str] = frozenset()
 
 
 def _require_root(config: DataConfig, what: str) -> str:
@@ -179,7 +183,10 @@ _SYNTHETIC_OPTIONS = (
 
 def _synthetic(config: DataConfig) -> SourceSplits:
     options = {key: config.extra[key] for key in _SYNTHETIC_OPTIONS if key in config.extra}
-    data = make_synthetic(**options, seed=int(config.extra.get("data_seed", 0)))
+    try:
+        data = make_synthetic(**options, seed=int(config.extra.get("data_seed", 0)))
+    except ValueError as error:  # a size below 1 or a wrong number of spreads
+        raise DatasetError(errors.BAD_DATA_OPTION.format(name=config.name, error=error)) from error
     return data.to_sources()
 
 
@@ -190,10 +197,49 @@ DATASETS: dict[str, DatasetEntry] = {
     "cifar100": DatasetEntry(_cifar(100), "cifar", "cifar100"),
     "imagenet": DatasetEntry(_image_folder, "imagenet", "imagenet"),
     "image_folder": DatasetEntry(_image_folder, "imagenet", None, regime_configurable=True),
-    **{name: DatasetEntry(_fine_grained(name), "imagenet", "imagenet") for name in FINE_GRAINED},
+    **{
+        name: DatasetEntry(
+            _fine_grained(name), "imagenet", "imagenet",
+            options=frozenset({"annotation_level"} if name == "fgvc_aircraft" else ()),
+        )
+        for name in FINE_GRAINED
+    },
     "arrays": DatasetEntry(_arrays, "none", None, regime_configurable=True),
-    "synthetic": DatasetEntry(_synthetic, "none"),
+    "synthetic": DatasetEntry(_synthetic, "none", options=frozenset({*_SYNTHETIC_OPTIONS, "data_seed"})),
 }
+
+
+def valid_options(entry: DatasetEntry) -> frozenset[str]:
+    """The ``extra`` keys a data set takes: its loader's, plus the transform's that apply to it.
+
+    ``regime`` where the regime is configurable; ``mean`` / ``std`` where the regime can normalise
+    (not a fixed ``none``); ``mnist_crop`` where the regime can be ``mnist``.
+
+    Example:
+        >>> sorted(valid_options(DATASETS["fashion_mnist"]))
+        ['mean', 'mnist_crop', 'std']
+        >>> sorted(valid_options(DATASETS["synthetic"]))
+        ['data_seed', 'dim', 'num_classes', 'separation', 'spreads', 'test_per_class', 'train_per_class']
+    """
+    names = set(entry.options)
+    if entry.regime_configurable:
+        names.add("regime")
+    if entry.regime_configurable or entry.regime != "none":
+        names |= {"mean", "std"}
+    if entry.regime_configurable or entry.regime == "mnist":
+        names.add("mnist_crop")
+    return frozenset(names)
+
+
+def _check_options(name: str, entry: DatasetEntry, extra: dict[str, Any]) -> None:
+    valid = valid_options(entry)
+    unknown = [key for key in extra if key not in valid]
+    if unknown:
+        raise DatasetError(
+            errors.UNKNOWN_DATA_OPTIONS.format(
+                name=name, keys=", ".join(map(repr, unknown)), valid=", ".join(sorted(valid)) or "none"
+            )
+        )
 
 
 def register_dataset(name: str, entry: DatasetEntry) -> None:
@@ -229,10 +275,10 @@ def build_datasets(config: DataConfig) -> DataBundle:
         The splits and their metadata.
 
     Raises:
-        DatasetError: unknown name, missing root, or missing / corrupt / inconsistent files (the
-            message names the file and the fix).
-        ValueError: ``val_fraction`` outside ``[0, 1)``, ``imbalance_factor < 1`` or an unknown
-            regime.
+        DatasetError: unknown name, an option (``extra`` key) the data set does not take (naming
+            it and the valid ones), an unknown regime, missing root, or missing / corrupt /
+            inconsistent files (the message names the file and the fix).
+        ValueError: ``val_fraction`` outside ``[0, 1)`` or ``imbalance_factor < 1``.
 
     Example:
         >>> bundle = build_datasets(DataConfig(
@@ -250,9 +296,12 @@ def build_datasets(config: DataConfig) -> DataBundle:
         )
     if not 0.0 <= config.val_fraction < 1.0:
         raise ValueError(f"val_fraction must lie in [0, 1), got {config.val_fraction}")
+    _check_options(config.name, entry, config.extra)
     regime = config.extra.get("regime", entry.regime) if entry.regime_configurable else entry.regime
     if regime not in REGIMES:
-        raise ValueError(f"unknown regime {regime!r}; choose one of {REGIMES}")
+        raise DatasetError(
+            errors.UNKNOWN_REGIME.format(regime=regime, name=config.name, choices=", ".join(REGIMES))
+        )
     splits = entry.load(config)
     num_classes = splits.num_classes
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,13 +13,13 @@ from torch import nn
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
-from mr2.models.resnet_cifar import resnet32, wrn28_10
+from mr2.models.resnet_cifar import ResNetCifar, WideResNet, resnet32, wrn28_10
 from mr2.models.small_cnn import SmallCNN
 from mr2.models.timm_models import build_timm_model
 from mr2.models.torchvision_models import build_torchvision_model
-from mr2.models.weights import WEIGHTS_AND_PRETRAINED, load_state_dict_file
+from mr2.models.weights import WEIGHTS_AND_PRETRAINED, WeightsFileError, load_state_dict_file
 
-__all__ = ["MODEL_NAMES", "ModelConfig", "build_model", "feature_dim_of"]
+__all__ = ["MODEL_NAMES", "ModelConfig", "ModelConfigError", "build_model", "feature_dim_of", "model_options"]
 
 TIMM_PREFIX = "timm:"
 TORCHVISION_PREFIX = "torchvision:"
@@ -30,9 +32,30 @@ UNKNOWN_MODEL = (
 )
 BAD_INPUT_SHAPE = "model {name!r} expects input_shape {expected}, got {shape}"
 NO_HUB_WEIGHTS = "model {name!r} has no downloadable pretrained weights; pass weights=<local file> instead"
+UNKNOWN_OPTIONS = (
+    "model {name!r} has no option(s) {keys}; its options are: {valid}. Fix or remove them in "
+    "`model.options`"
+)
+LIBRARY_REFUSED_OPTION = (
+    "model {name!r} does not take the option {key!r} ({library} refused it: {error}); fix or remove it "
+    "in `model.options` (see {library}'s documentation of the model for its keyword arguments)"
+)
+MODEL_REFUSED = "model {name!r} cannot be built from this config: {error}"
 NO_FEATURE_DIM = (
     "cannot tell the feature dimension of {model}: it has no 'feature_dim' attribute and no nn.Linear layer"
 )
+
+
+class ModelConfigError(ValueError):
+    """The model's config names no known model, options it does not take, or an input it cannot take.
+
+    Example:
+        >>> try:
+        ...     build_model(ModelConfig("mlp", options={"dropoutt": 0.3}), 3, (4,))
+        ... except ModelConfigError as error:
+        ...     print(str(error).split(". ")[0])
+        model 'mlp' has no option(s) 'dropoutt'; its options are: hidden_dims, dropout
+    """
 
 
 @dataclass
@@ -66,7 +89,9 @@ class ModelConfig:
 
 def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
     if len(input_shape) != 3:
-        raise ValueError(BAD_INPUT_SHAPE.format(name=name, expected="(C, H, W)", shape=tuple(input_shape)))
+        raise ModelConfigError(
+            BAD_INPUT_SHAPE.format(name=name, expected="(C, H, W)", shape=tuple(input_shape))
+        )
     channels, height, width = (int(n) for n in input_shape)
     return channels, height, width
 
@@ -92,7 +117,9 @@ def _wrn28_10(num_classes: int, input_shape: Sequence[int], options: dict[str, A
 
 def _linear(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
     if len(input_shape) != 1:
-        raise ValueError(BAD_INPUT_SHAPE.format(name="linear", expected="(d,)", shape=tuple(input_shape)))
+        raise ModelConfigError(
+            BAD_INPUT_SHAPE.format(name="linear", expected="(d,)", shape=tuple(input_shape))
+        )
     return LinearHead(int(input_shape[0]), num_classes, **options)
 
 
@@ -103,7 +130,71 @@ _OWN_BUILDERS: dict[str, Callable[[int, Sequence[int], dict[str, Any]], nn.Modul
     "wrn28_10": _wrn28_10,
     "linear": _linear,
 }
+#: mr2's own models: the class whose constructor takes ``model.options``, and the parameters of it
+#: the builders above fill in themselves (from K and the input shape, or fixed by the name).
+_OWN_CONSTRUCTORS: dict[str, tuple[Callable[..., nn.Module], frozenset[str]]] = {
+    "small_cnn": (SmallCNN, frozenset({"num_classes", "in_channels", "image_size"})),
+    "mlp": (MLP, frozenset({"num_classes", "input_shape"})),
+    "resnet32": (ResNetCifar, frozenset({"num_classes", "depth", "in_channels"})),
+    "wrn28_10": (WideResNet, frozenset({"num_classes", "depth", "widen_factor", "in_channels"})),
+    "linear": (LinearHead, frozenset({"feature_dim", "num_classes"})),
+}
 _TORCHVISION_NAMES = ("resnet50", "vit_b_16")
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def model_options(name: str) -> tuple[str, ...]:
+    """The keys ``model.options`` may hold for one of mr2's own models, in constructor order.
+
+    Raises:
+        ModelConfigError: if ``name`` is not one of mr2's own models (timm / torchvision models
+            take their library's keyword arguments).
+
+    Example:
+        >>> model_options("resnet32")
+        ('shortcut', 'base_width')
+        >>> model_options("linear")
+        ()
+    """
+    if name not in _OWN_CONSTRUCTORS:
+        raise ModelConfigError(UNKNOWN_MODEL.format(name=name, names=", ".join(_OWN_CONSTRUCTORS)))
+    constructor, filled = _OWN_CONSTRUCTORS[name]
+    parameters = inspect.signature(constructor).parameters.values()
+    return tuple(
+        p.name
+        for p in parameters
+        if p.name not in filled and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+
+
+def _check_own_options(name: str, options: dict[str, Any]) -> None:
+    valid = model_options(name)
+    unknown = [key for key in options if key not in valid]
+    if unknown:
+        raise ModelConfigError(
+            UNKNOWN_OPTIONS.format(
+                name=name, keys=", ".join(map(repr, unknown)), valid=", ".join(valid) or "none"
+            )
+        )
+
+
+def _build_library_model(
+    library: str, name: str, options: dict[str, Any], build: Callable[[], BackboneClassifier]
+) -> BackboneClassifier:
+    """Call a timm / torchvision builder; turn what a bad config makes it raise into ModelConfigError."""
+    try:
+        return build()
+    except TypeError as error:
+        match = _UNEXPECTED_KEYWORD.search(str(error))
+        if match is None or match.group(1) not in options:
+            raise
+        raise ModelConfigError(
+            LIBRARY_REFUSED_OPTION.format(name=name, key=match.group(1), library=library, error=error)
+        ) from error
+    except (ModelConfigError, WeightsFileError):
+        raise
+    except ValueError as error:
+        raise ModelConfigError(MODEL_REFUSED.format(name=name, error=error)) from error
 
 
 def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, ...]) -> BackboneClassifier:
@@ -119,8 +210,10 @@ def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, .
         ``backbone``, ``classifier`` (the final ``nn.Linear``) and ``forward_features``.
 
     Raises:
-        ValueError: unknown name (listing the valid ones), an input shape the model cannot take,
-            or both ``weights`` and ``pretrained``.
+        ModelConfigError: (a ``ValueError``) unknown name (listing the valid ones), an option the
+            model does not take (naming it and the valid ones), an input shape or option value the
+            model cannot take, or both ``weights`` and ``pretrained``.
+        mr2.models.weights.WeightsFileError: a missing, unreadable or refused weights file.
         mr2.models.weights.WeightsMismatchError: weights that do not fit, naming the keys.
 
     Example:
@@ -133,41 +226,57 @@ def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, .
     name = config.name
     options = dict(config.options)
     if config.weights is not None and config.pretrained:
-        raise ValueError(WEIGHTS_AND_PRETRAINED)
+        raise ModelConfigError(WEIGHTS_AND_PRETRAINED)
     model: BackboneClassifier
     if name in _OWN_BUILDERS:
         if config.pretrained:
-            raise ValueError(NO_HUB_WEIGHTS.format(name=name))
-        built = _OWN_BUILDERS[name](num_classes, input_shape, options)
+            raise ModelConfigError(NO_HUB_WEIGHTS.format(name=name))
+        _check_own_options(name, options)
+        try:
+            built = _OWN_BUILDERS[name](num_classes, input_shape, options)
+        except ModelConfigError:
+            raise
+        except ValueError as error:  # an option value the constructor refuses (depth, shortcut, ...)
+            raise ModelConfigError(MODEL_REFUSED.format(name=name, error=error)) from error
         assert isinstance(built, BackboneClassifier)
         model = built
         if config.weights is not None:
             state_dict = load_state_dict_file(config.weights, key_prefix=config.weights_key_prefix)
             model.load_weights(state_dict, load_head=config.load_head, source=config.weights)
     elif name in _TORCHVISION_NAMES or name.startswith(TORCHVISION_PREFIX):
-        model = build_torchvision_model(
-            name.removeprefix(TORCHVISION_PREFIX),
-            num_classes,
-            input_shape,
-            weights=config.weights,
-            pretrained=config.pretrained,
-            load_head=config.load_head,
-            weights_key_prefix=config.weights_key_prefix,
-            **options,
+        model = _build_library_model(
+            "torchvision",
+            name,
+            options,
+            lambda: build_torchvision_model(
+                name.removeprefix(TORCHVISION_PREFIX),
+                num_classes,
+                input_shape,
+                weights=config.weights,
+                pretrained=config.pretrained,
+                load_head=config.load_head,
+                weights_key_prefix=config.weights_key_prefix,
+                **options,
+            ),
         )
     elif name.startswith(TIMM_PREFIX):
-        model = build_timm_model(
-            name.removeprefix(TIMM_PREFIX),
-            num_classes,
-            input_shape,
-            weights=config.weights,
-            pretrained=config.pretrained,
-            load_head=config.load_head,
-            weights_key_prefix=config.weights_key_prefix,
-            **options,
+        model = _build_library_model(
+            "timm",
+            name,
+            options,
+            lambda: build_timm_model(
+                name.removeprefix(TIMM_PREFIX),
+                num_classes,
+                input_shape,
+                weights=config.weights,
+                pretrained=config.pretrained,
+                load_head=config.load_head,
+                weights_key_prefix=config.weights_key_prefix,
+                **options,
+            ),
         )
     else:
-        raise ValueError(UNKNOWN_MODEL.format(name=name, names=", ".join(MODEL_NAMES)))
+        raise ModelConfigError(UNKNOWN_MODEL.format(name=name, names=", ".join(MODEL_NAMES)))
     if config.freeze_backbone:
         model.freeze_backbone()
     return model
