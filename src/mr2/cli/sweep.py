@@ -160,6 +160,7 @@ def _inspect(command: str, sweep_dir: Path, args: argparse.Namespace) -> int:
     """``mr2 sweep status DIR`` (0) / ``mr2 sweep report DIR`` (0 written; 1 no report: no finished
     reference run); 2 when DIR is not a sweep directory."""
     from mr2.report.exceptions import ReportError
+    from mr2.report.tables import comparison_markdown
     from mr2.sweep import SweepSpecError, plan_sweep, write_sweep_report
     from mr2.sweep.selection import SelectionError
     from mr2.sweep.status import load_sweep, status_table, sweep_status
@@ -179,7 +180,7 @@ def _inspect(command: str, sweep_dir: Path, args: argparse.Namespace) -> int:
     except (ReportError, SelectionError) as error:
         print(f"mr2 sweep report: no report: {error}", file=sys.stderr)
         return EXIT_FAILED_RUNS
-    print(report.output.comparison.to_markdown())
+    print(comparison_markdown(report.output.comparison))
     if missing:
         print(f"\n{len(missing)} of {len(points)} run(s) not finished, left out: {', '.join(missing)}")
     print(f"Report: {report.markdown_path}")

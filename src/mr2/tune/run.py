@@ -27,6 +27,7 @@ import yaml
 import mr2
 from mr2.config import RunConfig, config_to_dict
 from mr2.io import atomic_write_json
+from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
 from mr2.sweep.plan import RunPoint
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
@@ -366,7 +367,7 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     print(textwrap.indent(method_yaml(recommended), "    "), file=out)
     if confirmation.report is not None:
         print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
-        print(confirmation.report.output.comparison.to_markdown(), file=out)
+        print(comparison_markdown(confirmation.report.output.comparison), file=out)
         print(f"\nReport: {confirmation.report.markdown_path}", file=out)
     print(f"Recommendation: {outcome.recommendation_file}", file=out, flush=True)
     return outcome
