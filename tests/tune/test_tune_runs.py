@@ -142,9 +142,7 @@ def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tune
         ({}, ["--seeds", "1"], TOO_FEW_SEEDS.format(flag="--seeds", count=1)),
         ({}, ["--confirm-seeds", "a,b"], BAD_SEEDS.format(flag="--confirm-seeds", minimum=2, value="a,b")),
         ({"batch_sise": 3}, [], "unknown config key 'data.batch_sise'"),
-        pytest.param({}, ["--set", "model.name=resnet_9000"], "resnet_9000", marks=pytest.mark.xfail(
-            strict=True, reason="an unknown model name is a ValueError, not yet a user error of `mr2 "
-            "train` (issue 14 item 6, engine/models on main)")),
+        ({}, ["--set", "model.name=resnet_9000"], "unknown model 'resnet_9000'"),
         ({}, ["--set", "data.root=/nonexistent/data.npz"], "/nonexistent/data.npz"),
     ],
     ids=["no-validation", "criterion", "candidates", "overlap", "one-seed", "bad-seeds", "config-key",
