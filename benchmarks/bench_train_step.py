@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import MR2Loss
-from mr2.models.registry import ModelConfig, build_model
+from mr2.config import ModelSection
+from mr2.models.registry import build_model
 
 
 def _cpu_model() -> str:
@@ -81,8 +82,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     x = torch.randn(batch, 3, 32, 32)
     y = torch.randint(0, 100, (batch,))
-    ce_model = build_model(ModelConfig(name="resnet32"), 100, (3, 32, 32))
-    mr2_model = build_model(ModelConfig(name="resnet32"), 100, (3, 32, 32))
+    ce_model = build_model(ModelSection(name="resnet32"), 100, (3, 32, 32))
+    mr2_model = build_model(ModelSection(name="resnet32"), 100, (3, 32, 32))
     mr2_model.load_state_dict(ce_model.state_dict())
     mr2_loss = MR2Loss(100)
     times = time_interleaved(
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"| {name} | {1e3 * seconds:.1f} | {batch / seconds:.0f} |")
     print(f"MR2 overhead: {100 * overhead:+.1f}% (target: at most +5%)")
 
-    cnn = build_model(ModelConfig(name="small_cnn"), 10, (1, 28, 28))
+    cnn = build_model(ModelSection(name="small_cnn"), 10, (1, 28, 28))
     xf = torch.randn(batch, 1, 28, 28)
     yf = torch.randint(0, 10, (batch,))
     throughput = time_interleaved(

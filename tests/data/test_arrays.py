@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mr2.data import DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DatasetError, build_datasets, errors
 from mr2.data.arrays import load_arrays
 
 
@@ -61,7 +62,7 @@ def test_integer_images_are_kept(tmp_path: Path) -> None:
 def test_build_datasets_arrays(tmp_path: Path) -> None:
     content = _arrays(n_train=30)
     path = _save(tmp_path / "features.pt", content)
-    bundle = build_datasets(DataConfig("arrays", root=str(path), val_fraction=0.2, seed=1))
+    bundle = build_datasets(DataSection("arrays", root=str(path), val_fraction=0.2, split_seed=1))
     assert bundle.input_shape == (5,) and bundle.regime == "none"
     assert bundle.train_class_counts.tolist() == [8, 8, 8]
     for position in range(len(bundle.train)):

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from mr2.cli.errors import user_errors
+from mr2.config import ModelSection
 from mr2.models.registry import (
     LIBRARY_REFUSED_OPTION,
     MODEL_REFUSED,
     UNKNOWN_OPTIONS,
-    ModelConfig,
     ModelConfigError,
     build_model,
     model_options,
@@ -55,7 +55,7 @@ def test_own_models_list_their_options() -> None:
 @pytest.mark.parametrize("name", sorted(OWN_OPTIONS))
 def test_a_typo_names_the_key_and_the_valid_ones(name: str) -> None:
     with pytest.raises(ModelConfigError) as caught:
-        build_model(ModelConfig(name, options={"dropoutt": 0.3, "num_classes": 4}), 3, _SHAPES[name])
+        build_model(ModelSection(name, options={"dropoutt": 0.3, "num_classes": 4}), 3, _SHAPES[name])
     assert str(caught.value) == UNKNOWN_OPTIONS.format(
         name=name, keys="'dropoutt', 'num_classes'", valid=", ".join(OWN_OPTIONS[name]) or "none"
     )
@@ -67,19 +67,19 @@ def test_every_listed_option_is_taken() -> None:
               "shortcut": "B", "base_width": 8}
     for name in ("small_cnn", "mlp", "resnet32", "linear"):
         options = {key: values[key] for key in OWN_OPTIONS[name]}
-        model = build_model(ModelConfig(name, options=options), 3, _SHAPES[name])
+        model = build_model(ModelSection(name, options=options), 3, _SHAPES[name])
         logits, _ = model.eval()(torch.zeros(2, *_SHAPES[name]))
         assert logits.shape == (2, 3), name
 
 
 def test_a_refused_value_is_a_model_config_error() -> None:
     with pytest.raises(ModelConfigError) as caught:
-        build_model(ModelConfig("resnet32", options={"shortcut": "C"}), 3, (3, 32, 32))
+        build_model(ModelSection("resnet32", options={"shortcut": "C"}), 3, (3, 32, 32))
     assert str(caught.value) == MODEL_REFUSED.format(
         name="resnet32", error=BAD_SHORTCUT.format(shortcut="C")
     )
     with pytest.raises(ModelConfigError, match="'torchvision:alexnet' cannot be built"):
-        build_model(ModelConfig("torchvision:alexnet"), 3, (3, 32, 32))
+        build_model(ModelSection("torchvision:alexnet"), 3, (3, 32, 32))
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_refused_value_is_a_model_config_error() -> None:
 def test_library_models_name_the_refused_option(name: str, library: str, shape: tuple[int, ...]) -> None:
     options = {"img_size": 32} if library == "timm" else {}
     with pytest.raises(ModelConfigError) as caught:
-        build_model(ModelConfig(name, options={**options, "drop_ratee": 0.1}), 3, shape)
+        build_model(ModelSection(name, options={**options, "drop_ratee": 0.1}), 3, shape)
     error = caught.value.__cause__
     assert isinstance(error, TypeError)
     assert str(caught.value) == LIBRARY_REFUSED_OPTION.format(
@@ -99,7 +99,7 @@ def test_library_models_name_the_refused_option(name: str, library: str, shape: 
 
 def test_unreadable_weights_files(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError) as missing:
-        build_model(ModelConfig("mlp", weights=str(tmp_path / "absent.pt")), 3, (6,))
+        build_model(ModelSection("mlp", weights=str(tmp_path / "absent.pt")), 3, (6,))
     assert isinstance(missing.value, WeightsFileError)
     assert str(missing.value) == WEIGHTS_NOT_FOUND.format(path=tmp_path / "absent.pt")
     garbage = tmp_path / "garbage.pt"

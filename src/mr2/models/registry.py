@@ -1,15 +1,15 @@
-"""Build any model of mr2 from a typed config: ``build_model(ModelConfig(...), num_classes, input_shape)``."""
+"""Build any model of mr2 from the ``model:`` section: ``build_model(ModelSection(...), K, shape)``."""
 
 from __future__ import annotations
 
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
+from mr2.config.schema import ModelSection
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
@@ -19,7 +19,7 @@ from mr2.models.timm_models import build_timm_model
 from mr2.models.torchvision_models import build_torchvision_model
 from mr2.models.weights import WEIGHTS_AND_PRETRAINED, WeightsFileError, load_state_dict_file
 
-__all__ = ["MODEL_NAMES", "ModelConfig", "ModelConfigError", "build_model", "feature_dim_of", "model_options"]
+__all__ = ["MODEL_NAMES", "ModelConfigError", "build_model", "feature_dim_of", "model_options"]
 
 TIMM_PREFIX = "timm:"
 TORCHVISION_PREFIX = "torchvision:"
@@ -51,40 +51,11 @@ class ModelConfigError(ValueError):
 
     Example:
         >>> try:
-        ...     build_model(ModelConfig("mlp", options={"dropoutt": 0.3}), 3, (4,))
+        ...     build_model(ModelSection("mlp", options={"dropoutt": 0.3}), 3, (4,))
         ... except ModelConfigError as error:
         ...     print(str(error).split(". ")[0])
         model 'mlp' has no option(s) 'dropoutt'; its options are: hidden_dims, dropout
     """
-
-
-@dataclass
-class ModelConfig:
-    """Which model to build and where its weights come from.
-
-    Attributes:
-        name: ``small_cnn``, ``mlp``, ``resnet32``, ``wrn28_10``, ``resnet50``, ``vit_b_16``,
-            ``linear`` (a head on cached features), ``timm:<name>`` or ``torchvision:<name>``.
-        weights: local weights file (state_dict or checkpoint; read with ``weights_only=True``).
-        pretrained: download the library's weights from the hub (timm / torchvision models only;
-            never implicit).
-        freeze_backbone: train only the head (linear probing on the full model: the backbone is
-            frozen, in eval mode and run without autograd).
-        options: keyword arguments of the model's constructor (``{"shortcut": "B"}`` for
-            resnet32, ``{"dropout": 0.3}`` for wrn28_10, ``{"img_size": 224}`` for timm ViTs, ...).
-        weights_key_prefix: use only the keys of ``weights`` under this prefix, prefix removed
-            (``"encoder_q."`` for a MoCo v2 checkpoint, ``"backbone."``, ...).
-        load_head: also load the classifier from ``weights`` (its shape must match); by default
-            the head is freshly initialised for the task's classes.
-    """
-
-    name: str
-    weights: str | None = None
-    pretrained: bool = False
-    freeze_backbone: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    weights_key_prefix: str | None = None
-    load_head: bool = False
 
 
 def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -197,7 +168,7 @@ def _build_library_model(
         raise ModelConfigError(MODEL_REFUSED.format(name=name, error=error)) from error
 
 
-def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, ...]) -> BackboneClassifier:
+def build_model(config: ModelSection, num_classes: int, input_shape: tuple[int, ...]) -> BackboneClassifier:
     """Build the model named by ``config``; its ``forward(x)`` returns ``(logits, features)``.
 
     Args:
@@ -217,10 +188,10 @@ def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, .
         mr2.models.weights.WeightsMismatchError: weights that do not fit, naming the keys.
 
     Example:
-        >>> model = build_model(ModelConfig("resnet32"), num_classes=100, input_shape=(3, 32, 32))
+        >>> model = build_model(ModelSection("resnet32"), num_classes=100, input_shape=(3, 32, 32))
         >>> model.feature_dim, model.num_classes
         (64, 100)
-        >>> build_model(ModelConfig("linear"), num_classes=10, input_shape=(640,)).classifier
+        >>> build_model(ModelSection("linear"), num_classes=10, input_shape=(640,)).classifier
         Linear(in_features=640, out_features=10, bias=True)
     """
     name = config.name
@@ -292,7 +263,7 @@ def feature_dim_of(model: nn.Module) -> int:
         ValueError: if neither exists.
 
     Example:
-        >>> feature_dim_of(build_model(ModelConfig("small_cnn"), 10, (1, 28, 28)))
+        >>> feature_dim_of(build_model(ModelSection("small_cnn"), 10, (1, 28, 28)))
         256
         >>> feature_dim_of(nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 3)))
         5
