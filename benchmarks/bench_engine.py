@@ -33,11 +33,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from mr2 import MR2Loss
+from mr2.config import ModelSection
 from mr2.engine.loop import StepSetup, train_one_epoch
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.erm import ERM
 from mr2.methods.mr2 import MR2Method
-from mr2.models.registry import ModelConfig, build_model
+from mr2.models.registry import build_model
 
 NUM_CLASSES = 10
 INPUT_SHAPE = (1, 28, 28)
@@ -96,7 +97,7 @@ def compare(
 ) -> dict[str, list[float]]:
     """Images/s of every epoch of the engine and of the hand-written loop, interleaved."""
     torch.manual_seed(0)
-    base = build_model(ModelConfig(name="small_cnn"), NUM_CLASSES, INPUT_SHAPE).to(device)
+    base = build_model(ModelSection(name="small_cnn"), NUM_CLASSES, INPUT_SHAPE).to(device)
     engine_model, loop_model = copy.deepcopy(base), copy.deepcopy(base)
     feature_dim = int(base(batches[0][0][:2])[1].shape[1])
     num_samples = sum(int(b[1].shape[0]) for b in batches)

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import MR2Loss
-from mr2.models.registry import ModelConfig, build_model
+from mr2.config import ModelSection
+from mr2.models.registry import build_model
 
 
 def _cpu_model() -> str:
@@ -71,8 +72,8 @@ def gpu_models(device: torch.device, repeats: int, quick: bool) -> None:
         x = torch.randn(batch, *shape, device=device).contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, k, (batch,), device=device)
         channels_last = torch.channels_last
-        ce_model = build_model(ModelConfig(name=name), k, shape).to(device, memory_format=channels_last)
-        mr2_model = build_model(ModelConfig(name=name), k, shape).to(device, memory_format=channels_last)
+        ce_model = build_model(ModelSection(name=name), k, shape).to(device, memory_format=channels_last)
+        mr2_model = build_model(ModelSection(name=name), k, shape).to(device, memory_format=channels_last)
         mr2_model.load_state_dict(ce_model.state_dict())
         times = time_interleaved(
             {
@@ -121,8 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"device: {torch.cuda.get_device_name(device)}")
     x = torch.randn(batch, 3, 32, 32, device=device)
     y = torch.randint(0, 100, (batch,), device=device)
-    ce_model = build_model(ModelConfig(name="resnet32"), 100, (3, 32, 32)).to(device)
-    mr2_model = build_model(ModelConfig(name="resnet32"), 100, (3, 32, 32)).to(device)
+    ce_model = build_model(ModelSection(name="resnet32"), 100, (3, 32, 32)).to(device)
+    mr2_model = build_model(ModelSection(name="resnet32"), 100, (3, 32, 32)).to(device)
     mr2_model.load_state_dict(ce_model.state_dict())
     mr2_loss = MR2Loss(100).to(device)
     times = time_interleaved(
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"| {name} | {1e3 * seconds:.1f} | {batch / seconds:.0f} |")
     print(f"MR2 overhead: {100 * overhead:+.1f}% (target: at most +5%)")
 
-    cnn = build_model(ModelConfig(name="small_cnn"), 10, (1, 28, 28)).to(device)
+    cnn = build_model(ModelSection(name="small_cnn"), 10, (1, 28, 28)).to(device)
     xf = torch.randn(batch, 1, 28, 28, device=device)
     yf = torch.randint(0, 10, (batch,), device=device)
     throughput = time_interleaved(

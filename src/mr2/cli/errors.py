@@ -17,7 +17,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from mr2.engine.runtime import RunError
     from mr2.methods.jtt import EmptyErrorSetError
     from mr2.methods.registry import MethodConfigError
-    from mr2.models.weights import WeightsMismatchError
+    from mr2.models.registry import ModelConfigError
+    from mr2.models.weights import WeightsFileError, WeightsMismatchError
     from mr2.rundir import RunDirectoryError, RunLockedError
 
     return (
@@ -32,4 +33,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
         EmptyErrorSetError,
         RunDirectoryError,
         RunLockedError,
+        ModelConfigError,
+        WeightsFileError,
     )

@@ -13,6 +13,7 @@ from torch import nn
 
 from mr2 import distributed
 from mr2.methods.base import TrainingMethod
+from mr2.report.accuracy import confusion_accuracy
 from mr2.report.confusion import LABEL_OUT_OF_RANGE, confusion_matrix
 from mr2.report.exceptions import ReportError
 from mr2.report.margins import logit_margins, per_class_margin_summary
@@ -172,8 +173,7 @@ class EvalResult:
 
     def per_class_accuracy(self) -> torch.Tensor:
         """[K] recall; NaN for classes without samples."""
-        support = self.confusion.sum(1).double()
-        return self.confusion.diagonal().double() / support.where(support > 0, torch.nan)
+        return confusion_accuracy(self.confusion)
 
     def margin_summary(self, num_classes: int) -> dict[str, list[float]]:
         """Per-class mean and median logit margin (NaN for classes without samples)."""
