@@ -11,12 +11,23 @@ run:
 - ``mr2 released``: ``MR2Loss.from_variant("released", K)``, the same arithmetic, vectorised. Its
   loss is checked against the loop before timing, so the two columns time equal computations.
 - ``mr2 paper``: ``MR2Loss(K)``, the default (paper) configuration.
+- ``floor``: what any loss of this kind costs at least: cross-entropy forward + backward on the same
+  logits plus ONE scatter (``index_add_``) of the features into a [K, d] buffer.
+
+It also prints a breakdown of the default's step (input checks + statistics update, logit term,
+pair term, backward), and with ``--sweep`` the cost growth over K in {10, 100, 1000, 10000} x
+d in {2048, 768} at B = 512: time per step and peak memory of the loss, each case in a fresh
+subprocess (peak memory = growth of the peak resident set size, VmHWM after resetting it through
+/proc/self/clear_refs, over the memory held before the loss's first step; on CUDA
+``torch.cuda.max_memory_allocated`` over the memory allocated before).
 
 Usage::
 
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py              # full run (a few minutes on 2 cores)
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --quick      # one repeat per case (smoke test)
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 1 --sizes 128x100x640
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 2 --sweep     # + K sweep with memory
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py --device cuda --sweep   # on a GPU
 
 This is a benchmark, not a test: it asserts nothing about time. ``tests/benchmarks`` runs its quick
 mode at a tiny size and checks that the loop and the released variant compute the same loss.
@@ -26,10 +37,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
+import json
 import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +55,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mr2 import MR2Loss
+from mr2.checks import check_classification_inputs, check_statistics_finite, wants_values
+from mr2.functional import logit_margin_loss
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -82,7 +98,10 @@ class Size:
         return cls(batch, classes, dim)
 
 
-DEFAULT_SIZES = (Size(128, 100, 640), Size(512, 1000, 2048))
+DEFAULT_SIZES = (Size(512, 100, 2048), Size(512, 1000, 2048))
+SWEEP_CLASSES = (10, 100, 1000, 10000)
+SWEEP_DIMS = (2048, 768)
+SWEEP_BATCH = 512
 
 
 # --------------------------------------------------------------------------------------------------
@@ -154,24 +173,45 @@ class PerClassLoopMR2Loss(nn.Module):
         return logit_term + self.lambda_rep * rep_term
 
 
+class FloorLoss(nn.Module):
+    """The floor: cross-entropy on the logits plus one scatter of the features into [K, d]."""
+
+    sums: torch.Tensor
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.register_buffer("sums", torch.zeros(num_classes, 0))
+
+    def forward(self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.sums.shape[1] != features.shape[1]:
+            self.sums = features.new_zeros(self.num_classes, features.shape[1])
+        with torch.no_grad():
+            self.sums.index_add_(0, target, features.detach())
+        return F.cross_entropy(logits, target)
+
+
 # --------------------------------------------------------------------------------------------------
 # harness
 # --------------------------------------------------------------------------------------------------
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-IMPLEMENTATIONS = ("loop", "mr2 released", "mr2 paper")
+IMPLEMENTATIONS = ("loop", "mr2 released", "mr2 paper", "floor")
+DEVICE = torch.device("cpu")
 
 
 def build_losses(num_classes: int) -> dict[str, nn.Module]:
-    """Fresh instances of the three implementations, in training mode."""
-    return {
+    """Fresh instances of the implementations, in training mode, on :data:`DEVICE`."""
+    losses: dict[str, nn.Module] = {
         "loop": PerClassLoopMR2Loss(num_classes),
         "mr2 released": MR2Loss.from_variant(
             "released", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP
         ),
         "mr2 paper": MR2Loss(num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
+        "floor": FloorLoss(num_classes),
     }
+    return {name: loss.to(DEVICE) for name, loss in losses.items()}
 
 
 def make_batches(size: Size, count: int, seed: int) -> list[Batch]:
@@ -179,19 +219,24 @@ def make_batches(size: Size, count: int, seed: int) -> list[Batch]:
     g = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(count):
-        logits = (2.0 * torch.randn(size.batch, size.classes, generator=g)).requires_grad_()
+        logits = (2.0 * torch.randn(size.batch, size.classes, generator=g)).to(DEVICE).requires_grad_()
         # Non-negative, ReLU-like features.
-        features = torch.randn(size.batch, size.dim, generator=g).relu_().requires_grad_()
-        target = torch.randint(0, size.classes, (size.batch,), generator=g)
+        features = torch.randn(size.batch, size.dim, generator=g).relu_().to(DEVICE).requires_grad_()
+        target = torch.randint(0, size.classes, (size.batch,), generator=g).to(DEVICE)
         batches.append((logits, features, target))
     return batches
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def training_step(loss_fn: LossFn, batch: Batch) -> torch.Tensor:
     """Statistics update + forward + backward; returns the detached loss."""
     logits, features, target = batch
     loss = loss_fn(logits, features, target)
-    torch.autograd.grad(loss, (logits, features))
+    torch.autograd.grad(loss, (logits, features), allow_unused=True)
     return loss.detach()
 
 
@@ -249,8 +294,8 @@ def plan(size: Size, quick: bool) -> tuple[dict[str, int], dict[str, int]]:
     if quick:
         return dict.fromkeys(IMPLEMENTATIONS, 1), dict.fromkeys(IMPLEMENTATIONS, 1)
     slow = size.classes * size.batch >= 100_000
-    warmup = {"loop": 3, "mr2 released": 5, "mr2 paper": 5}
-    repeats = {"loop": 21 if slow else 41, "mr2 released": 61, "mr2 paper": 61}
+    warmup = {"loop": 3, "mr2 released": 5, "mr2 paper": 5, "floor": 5}
+    repeats = {"loop": 21 if slow else 41, "mr2 released": 61, "mr2 paper": 61, "floor": 61}
     return warmup, repeats
 
 
@@ -269,8 +314,10 @@ def time_size(size: Size, *, quick: bool = False, seed: int = 0) -> BenchResult:
             if r >= repeats[name]:
                 continue
             batch = batches[r % BATCH_POOL]
+            _sync()
             start = time.perf_counter()
             training_step(loss_fn, batch)
+            _sync()
             times[name].append(1e3 * (time.perf_counter() - start))
     return BenchResult(
         size=size,
@@ -318,8 +365,9 @@ def format_table(results: Sequence[BenchResult], *, best: bool = False) -> str:
     stat = "min" if best else "median"
     lines = [
         f"| size | loop {stat} ms (n) | mr2 released {stat} ms (n) | mr2 paper {stat} ms (n) "
-        "| loop / released | loop / paper | loss rel. diff loop vs released |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| floor {stat} ms (n) | loop / released | loop / paper | paper / floor "
+        "| loss rel. diff loop vs released |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         times = r.min_ms if best else r.median_ms
@@ -328,13 +376,181 @@ def format_table(results: Sequence[BenchResult], *, best: bool = False) -> str:
             *(f"{times[name]:.2f} ({r.repeats[name]})" for name in IMPLEMENTATIONS),
             f"{r.ratio('mr2 released', best=best):.1f}x",
             f"{r.ratio('mr2 paper', best=best):.1f}x",
+            f"{times['mr2 paper'] / times['floor']:.2f}x",
             f"{r.released_rel_diff:.1e}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+BREAKDOWN_PARTS = ("checks + statistics", "logit term", "pair term", "backward", "step")
+
+
+def breakdown(size: Size, *, repeats: int = 41, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """(median, min) ms of each part of the default's training step, timed inside one step.
+
+    The step is :meth:`MR2Loss.forward` spelled out with the same public calls (its loss is
+    checked against ``MR2Loss.forward`` first), so each part can be timed separately.
+    """
+    loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    reference = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    batches = make_batches(size, BATCH_POOL, seed)
+
+    def step(batch: Batch) -> tuple[list[float], torch.Tensor]:
+        logits, features, target = batch
+        marks = [time.perf_counter()]
+        check_classification_inputs(logits, features, target, size.classes, finite=False)
+        pending = loss_fn.statistics.prepare(features, target)
+        if wants_values(logits, "auto"):
+            assert pending is not None
+            check_statistics_finite({"logits": logits, "features": features}, pending.guard)
+            loss_fn.statistics.commit(pending)
+        else:
+            loss_fn.statistics.commit(pending, only_if_finite=True)
+        moments = loss_fn.statistics.moments()
+        _sync()
+        marks.append(time.perf_counter())
+        gamma = loss_fn.temperatures(moments)
+        margin = loss_fn.distance_margin(moments[1])
+        logit_term = logit_margin_loss(logits, target, gamma)
+        _sync()
+        marks.append(time.perf_counter())
+        rep_term = loss_fn.representation_term(features, target, margin)
+        total = logit_term + loss_fn.lambda_rep * rep_term
+        _sync()
+        marks.append(time.perf_counter())
+        torch.autograd.grad(total, (logits, features))
+        _sync()
+        marks.append(time.perf_counter())
+        parts = [1e3 * (b - a) for a, b in itertools.pairwise(marks)]
+        return [*parts, 1e3 * (marks[-1] - marks[0])], total.detach()
+
+    for i in range(5):
+        _, got = step(batches[i % BATCH_POOL])
+        want = reference(*batches[i % BATCH_POOL]).detach()
+        if not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+            raise AssertionError(f"breakdown step {got.item()} != MR2Loss {want.item()}")
+    samples: list[list[float]] = []
+    for r in range(repeats):
+        samples.append(step(batches[r % BATCH_POOL])[0])
+    columns = list(zip(*samples, strict=True))
+    return {
+        name: (statistics.median(col), min(col))
+        for name, col in zip(BREAKDOWN_PARTS, columns, strict=True)
+    }
+
+
+def format_breakdown(size: Size, parts: dict[str, tuple[float, float]]) -> str:
+    lines = [
+        f"Breakdown of the default's step, {size.label()} (ms; median / min):",
+        "| " + " | ".join(BREAKDOWN_PARTS) + " |",
+        "|" + " ---: |" * len(BREAKDOWN_PARTS),
+        "| " + " | ".join(f"{parts[p][0]:.2f} / {parts[p][1]:.2f}" for p in BREAKDOWN_PARTS) + " |",
+    ]
+    return "\n".join(lines)
+
+
+def _proc_status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> int:
+    """Reset the peak and return the current memory in bytes (CUDA: allocated; CPU: resident set).
+
+    On CPU, writing 5 to /proc/self/clear_refs resets the resident-set high-water mark (VmHWM,
+    Linux >= 4.0), so VmHWM afterwards is the peak of what runs next.
+    """
+    if DEVICE.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(DEVICE)
+        return torch.cuda.memory_allocated(DEVICE)
+    Path("/proc/self/clear_refs").write_text("5")
+    return _proc_status_kib("VmRSS") * 1024
+
+
+def _peak_bytes() -> int:
+    if DEVICE.type == "cuda":
+        return torch.cuda.max_memory_allocated(DEVICE)
+    return _proc_status_kib("VmHWM") * 1024
+
+
+def sweep_case(size: Size, *, repeats: int, seed: int = 0) -> dict[str, float]:
+    """One sweep case (run in a fresh process): time per step and peak memory of the loss.
+
+    Peak memory: growth of the peak (CPU: resident set, VmHWM after resetting it; CUDA:
+    ``max_memory_allocated``) over the memory held before the first step of the loss (the inputs),
+    so it counts the loss's state (allocated at its first step) and its temporaries. A warm-up
+    instance runs one step first (loading the code paths); on CPU, memory that it freed and the
+    allocator kept can be reused without showing in the resident set, so small figures are lower
+    bounds.
+    """
+    batches = make_batches(size, BATCH_POOL, seed)
+    out: dict[str, float] = {}
+    for name in ("mr2 paper", "floor"):
+        warm = build_losses(size.classes)[name]  # loads the code paths (their pages count in RSS)
+        training_step(warm, batches[0])
+        del warm
+        loss_fn = build_losses(size.classes)[name]
+        _sync()
+        before = _reset_peak()
+        for i in range(3):
+            training_step(loss_fn, batches[i % BATCH_POOL])
+        _sync()
+        out[f"{name} peak MiB"] = (_peak_bytes() - before) / 2**20
+        times = []
+        for r in range(repeats):
+            _sync()
+            start = time.perf_counter()
+            training_step(loss_fn, batches[r % BATCH_POOL])
+            _sync()
+            times.append(1e3 * (time.perf_counter() - start))
+        out[f"{name} median ms"] = statistics.median(times)
+        out[f"{name} min ms"] = min(times)
+        if name == "mr2 paper":
+            out["state MiB"] = sum(b.numel() * b.element_size() for b in loss_fn.buffers()) / 2**20
+        del loss_fn
+    return out
+
+
+def run_sweep(threads: int | None, repeats: int, quick: bool) -> list[tuple[Size, dict[str, float]]]:
+    """Every sweep case in its own subprocess (a clean peak-memory reading per case)."""
+    classes, dims = ((10, 100), (64,)) if quick else (SWEEP_CLASSES, SWEEP_DIMS)
+    batch = 32 if quick else SWEEP_BATCH
+    results = []
+    for dim in dims:
+        for k in classes:
+            size = Size(batch, k, dim)
+            command = [
+                sys.executable, str(Path(__file__).resolve()), "--sweep-case", f"{batch}x{k}x{dim}",
+                "--device", DEVICE.type, "--repeats", str(repeats),
+            ]
+            if threads is not None:
+                command += ["--threads", str(threads)]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            results.append((size, json.loads(done.stdout.strip().splitlines()[-1])))
+    return results
+
+
+def format_sweep(results: Sequence[tuple[Size, dict[str, float]]]) -> str:
+    lines = [
+        "| B | K | d | mr2 paper ms / step (median / min) | floor ms (median / min) | paper / floor "
+        "| peak memory of mr2 paper, MiB | its state ([K, d] + [K] buffers), MiB | peak of the floor, MiB |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for size, r in results:
+        lines.append(
+            f"| {size.batch} | {size.classes} | {size.dim} | {r['mr2 paper median ms']:.2f} / "
+            f"{r['mr2 paper min ms']:.2f} | {r['floor median ms']:.2f} / {r['floor min ms']:.2f} | "
+            f"{r['mr2 paper median ms'] / r['floor median ms']:.2f}x | {r['mr2 paper peak MiB']:.1f} | "
+            f"{r['state MiB']:.1f} | {r['floor peak MiB']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="one warm-up and one repeat per case")
@@ -342,30 +558,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sizes", type=Size.parse, nargs="+", default=list(DEFAULT_SIZES), help="BxKxd, e.g. 128x100x640"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--sweep", action="store_true", help="also the K x d sweep with peak memory")
+    parser.add_argument("--no-loop", action="store_true", help="skip the side-by-side table")
+    parser.add_argument("--repeats", type=int, default=21, help="repeats per sweep case")
+    parser.add_argument("--sweep-case", type=Size.parse, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    DEVICE = torch.device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.sweep_case is not None:
+        print(json.dumps(sweep_case(args.sweep_case, repeats=args.repeats, seed=args.seed)))
+        return 0
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     print(f"command: {command}")
     print(f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, CPU: {cpu_model()}")
+    if DEVICE.type == "cuda":
+        print(f"device: {torch.cuda.get_device_name(DEVICE)}")
     print(f"python {platform.python_version()}, seed {args.seed}, quick {args.quick}")
     print(f"load average at start (1, 5, 15 min): {_load()}")
-    print("timed: statistics update + forward + backward (grad w.r.t. logits and features), CPU float32")
+    print("timed: statistics update + forward + backward (grad w.r.t. logits and features), "
+          f"{DEVICE.type} float32")
     start = time.perf_counter()
-    results = run(args.sizes, quick=args.quick, seed=args.seed)
-    print()
-    print("Median per step (speed-up = loop median / mr2 median):")
-    print(format_table(results))
-    print()
-    print("Best of n per step (less sensitive to other load on a shared machine):")
-    print(format_table(results, best=True))
-    print()
-    for r in results:
-        print(
-            f"{r.size.label()}: loop vs mr2 released, first batch with unseen classes (no priming): "
-            f"loss rel. diff {r.cold_rel_diff:.1e}"
-        )
+    if not args.no_loop:
+        results = run(args.sizes, quick=args.quick, seed=args.seed)
+        print()
+        print("Median per step (speed-up = loop median / mr2 median):")
+        print(format_table(results))
+        print()
+        print("Best of n per step (less sensitive to other load on a shared machine):")
+        print(format_table(results, best=True))
+        print()
+        for r in results:
+            print(
+                f"{r.size.label()}: loop vs mr2 released, first batch with unseen classes (no priming): "
+                f"loss rel. diff {r.cold_rel_diff:.1e}"
+            )
+        print()
+        for size in args.sizes:
+            print(format_breakdown(size, breakdown(size, repeats=3 if args.quick else 41, seed=args.seed)))
+            print()
+    if args.sweep:
+        print(f"K sweep (each case in a fresh process, {args.repeats} repeats; peak memory: "
+              + ("torch.cuda.max_memory_allocated" if DEVICE.type == "cuda" else "VmHWM after a reset")
+              + " over the memory held before the loss's first step, over 3 steps):")
+        print(format_sweep(run_sweep(args.threads, 2 if args.quick else args.repeats, args.quick)))
+        print()
     print(f"load average at end (1, 5, 15 min): {_load()}")
     print(f"total wall time {time.perf_counter() - start:.0f} s")
     return 0

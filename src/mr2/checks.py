@@ -2,7 +2,8 @@
 
 Shape checks cost nothing and always run. Value checks (class ids in range, finite values) need the
 values on the host: they run for CPU tensors, and for accelerator tensors only when asked
-(``check_values=True``), so that a GPU training step never waits on the host by default.
+(``check_values=True``), so that a GPU training step never waits on the host by default; inside
+``torch.compile`` they never run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from typing import Literal
 
 import torch
 
-__all__ = ["CheckValues", "MR2InputError", "check_classification_inputs", "check_num_classes"]
+__all__ = [
+    "CheckValues",
+    "MR2InputError",
+    "StatisticsOverflowError",
+    "check_classification_inputs",
+    "check_num_classes",
+    "check_statistics_finite",
+    "wants_values",
+]
 
 CheckValues = bool | Literal["auto"]
 
@@ -47,9 +56,20 @@ NON_FINITE = (
     "data hold NaN/Inf: lower the learning rate, enable gradient clipping, or check the data."
 )
 
+STATISTICS_OVERFLOW = (
+    "this batch would make the MR2 class statistics non-finite (its features are finite, but their "
+    "squared norms overflow float32); the update was refused and the statistics keep their old "
+    "values. Normalise or rescale the features (or the input data) so that squared feature norms "
+    "stay far below 3.4e38."
+)
+
 
 class MR2InputError(ValueError):
     """Raised for inputs the losses and statistics cannot use; the message says how to fix it."""
+
+
+class StatisticsOverflowError(MR2InputError):
+    """A batch would make the moving class statistics non-finite; they were left unchanged."""
 
 
 def check_num_classes(num_classes: object) -> int:
@@ -59,7 +79,14 @@ def check_num_classes(num_classes: object) -> int:
     return num_classes
 
 
-def _wants_values(tensor: torch.Tensor, check_values: CheckValues) -> bool:
+def wants_values(tensor: torch.Tensor, check_values: CheckValues) -> bool:
+    """Whether value checks (which read values on the host) run for ``tensor``.
+
+    Never inside ``torch.compile`` (a host read would break the graph): compiled code behaves like
+    accelerator code with ``check_values="auto"``.
+    """
+    if torch.compiler.is_compiling():
+        return False
     if check_values == "auto":
         return tensor.device.type == "cpu"
     return bool(check_values)
@@ -67,17 +94,53 @@ def _wants_values(tensor: torch.Tensor, check_values: CheckValues) -> bool:
 
 def check_finite(name: str, tensor: torch.Tensor, check_values: CheckValues = "auto") -> None:
     """Raise :class:`MR2InputError` naming ``name`` if ``tensor`` holds NaN or Inf."""
-    if not (_wants_values(tensor, check_values) and tensor.is_floating_point()):
+    if not (wants_values(tensor, check_values) and tensor.is_floating_point()):
         return
     # Fast path: any NaN or Inf makes the sum non-finite (one cheap pass, no [B, d] temporaries).
     # Only when the sum is not finite (a bad value, or finite values whose sum overflows) are the
     # bad entries counted exactly.
-    total = tensor.sum(dtype=torch.float64 if tensor.dtype == torch.float64 else torch.float32)
-    if bool(torch.isfinite(total)):
+    if bool(torch.isfinite(_sum_of(tensor))):
         return
+    _raise_for_non_finite(name, tensor)
+
+
+def _sum_of(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.sum(dtype=torch.float64 if tensor.dtype == torch.float64 else torch.float32)
+
+
+def _raise_for_non_finite(name: str, tensor: torch.Tensor) -> None:
     bad = int((~torch.isfinite(tensor)).sum())
     if bad:
         raise MR2InputError(NON_FINITE.format(name=name, count=bad))
+
+
+def check_statistics_finite(
+    inputs: dict[str, torch.Tensor],
+    guard: torch.Tensor | None = None,
+    *,
+    also_count: dict[str, torch.Tensor] | None = None,
+) -> None:
+    """Finiteness of ``inputs`` and of a statistics update's ``guard`` in ONE host sync.
+
+    Like :func:`check_finite`, finite values whose sum overflows pass (the bad entries are counted
+    exactly only when the fast check fails). ``also_count``: inputs whose NaN/Inf already make
+    ``guard`` non-finite (the features the guard was computed from): not summed in the fast check,
+    but counted and named in the slow path, before the overflow error.
+
+    Raises:
+        MR2InputError: an input holds NaN/Inf (counted exactly, naming the input).
+        StatisticsOverflowError: the inputs are finite but the update would overflow.
+    """
+    sums = [_sum_of(t).double() for t in inputs.values() if t.is_floating_point()]
+    if guard is not None:
+        sums.append(guard.double())
+    if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
+        return
+    for name, tensor in {**inputs, **(also_count or {})}.items():
+        if tensor.is_floating_point():
+            _raise_for_non_finite(name, tensor)
+    if guard is not None and not bool(torch.isfinite(guard)):
+        raise StatisticsOverflowError(STATISTICS_OVERFLOW)
 
 
 def check_target(
@@ -90,7 +153,7 @@ def check_target(
         raise MR2InputError(TARGET_NOT_INTEGER.format(dtype=target.dtype))
     if batch is not None and target.shape[0] != batch:
         raise MR2InputError(BATCH_MISMATCH.format(name="input", rows=batch, batch=target.shape[0]))
-    if _wants_values(target, check_values) and target.numel():
+    if wants_values(target, check_values) and target.numel():
         low, high = int(target.min()), int(target.max())
         if low < 0 or high >= num_classes:
             raise MR2InputError(
@@ -126,12 +189,20 @@ def check_classification_inputs(
     target: torch.Tensor,
     num_classes: int,
     check_values: CheckValues = "auto",
+    *,
+    finite: bool = True,
 ) -> None:
-    """All checks of one ``loss(logits, features, target)`` call."""
+    """All checks of one ``loss(logits, features, target)`` call.
+
+    ``finite=False`` skips the finiteness checks (a caller that folds them into
+    :func:`check_statistics_finite`).
+    """
     check_target(target, num_classes, None, check_values)
     if logits is not None:
         check_logits(logits, target, num_classes)
-        check_finite("logits", logits, check_values)
+        if finite:
+            check_finite("logits", logits, check_values)
     if features is not None:
         check_features(features, target)
-        check_finite("features", features, check_values)
+        if finite:
+            check_finite("features", features, check_values)

@@ -15,6 +15,7 @@ __all__ = [
     "all_gather_variable",
     "all_gather_with_grad",
     "all_reduce_sum_",
+    "gather_sizes",
     "is_distributed",
     "rank",
     "world_size",
@@ -41,7 +42,10 @@ def all_reduce_sum_(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     return tensor
 
 
-def _gather_sizes(length: int, device: torch.device, group: Any) -> list[int]:
+def gather_sizes(length: int, device: torch.device, group: Any = None) -> list[int]:
+    """Every rank's ``length`` (one all_gather; ``[length]`` in a single process)."""
+    if not is_distributed(group):
+        return [length]
     size = torch.tensor([length], dtype=torch.long, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world_size(group))]
     dist.all_gather(sizes, size, group=group)
@@ -59,7 +63,7 @@ def all_gather_variable(
     if not is_distributed(group):
         return tensor, [tensor.shape[0]]
     if sizes is None:
-        sizes = _gather_sizes(tensor.shape[0], tensor.device, group)
+        sizes = gather_sizes(tensor.shape[0], tensor.device, group)
     longest = max(sizes)
     padded = tensor.new_zeros((longest, *tensor.shape[1:]))
     padded[: tensor.shape[0]] = tensor
@@ -95,10 +99,16 @@ class _AllGatherWithGrad(torch.autograd.Function):
         return grad[ctx.start : ctx.start + ctx.length], None, None, None
 
 
-def all_gather_with_grad(tensor: torch.Tensor, group: Any = None) -> tuple[torch.Tensor, int]:
-    """Differentiable all_gather along dim 0; returns the gathered tensor and this rank's offset."""
+def all_gather_with_grad(
+    tensor: torch.Tensor, group: Any = None, sizes: list[int] | None = None
+) -> tuple[torch.Tensor, int]:
+    """Differentiable all_gather along dim 0; returns the gathered tensor and this rank's offset.
+
+    ``sizes``: every rank's length if already gathered (see :func:`gather_sizes`).
+    """
     if not is_distributed(group):
         return tensor, 0
-    sizes = _gather_sizes(tensor.shape[0], tensor.device, group)
+    if sizes is None:
+        sizes = gather_sizes(tensor.shape[0], tensor.device, group)
     start = sum(sizes[: rank(group)])
     return _AllGatherWithGrad.apply(tensor, group, sizes, start), start

@@ -121,3 +121,15 @@ class ReleasedArithmetic:
             rep += sum(terms) / len(terms)
         rep = rep * d / 10.0 / self.k
         return ce + self.lam * rep, gamma
+
+
+def additive_margin_loss(logits, target, margins):
+    """Mean over samples of -log softmax(z - Delta_y e_y)_y, in float64 Python."""
+    total = 0.0
+    for i in range(logits.shape[0]):
+        y = int(target[i])
+        z = [float(v) for v in logits[i]]
+        z[y] -= float(margins[y])
+        top = max(z)
+        total += top + math.log(sum(math.exp(v - top) for v in z)) - z[y]
+    return total / logits.shape[0]

@@ -50,3 +50,13 @@ def test_two_ranks_match_one_process_on_the_global_batch(tmp_path):
             stitched = torch.cat([r["grads"][step][part] for r in ranks])
             torch.testing.assert_close(stitched, single["grads"][step][part], rtol=1e-5, atol=1e-7)
     assert per_rank * 2 == worker.GLOBAL_BATCH
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
+def test_global_pairs_gather_the_batch_sizes_once_per_step(tmp_path):
+    # One all_gather of the sizes, one of the features, one of the targets (the sizes were gathered
+    # twice before).
+    torchrun(WORKER.with_name("ddp_gather_count_worker.py"), str(tmp_path))
+    for rank in range(2):
+        assert torch.load(tmp_path / f"gathers{rank}.pt", weights_only=True)["all_gathers"] == 3

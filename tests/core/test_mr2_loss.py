@@ -184,7 +184,7 @@ def test_bad_construction_messages(kwargs, message):
 
 
 def test_unknown_variant_lists_choices():
-    with pytest.raises(MR2InputError, match="choose one of: centered, distance_1d, logit_only, lp5, paper, released, variance"):
+    with pytest.raises(MR2InputError, match="choose one of: additive_margin, centered, distance_1d, logit_only, lp5, paper, released, variance"):
         MR2Loss.from_variant("best", 3)
 
 

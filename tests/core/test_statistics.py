@@ -138,3 +138,84 @@ def test_bad_input_messages(call, message):
 def test_bad_construction_messages(kwargs, message):
     with pytest.raises(MR2InputError, match=__import__("re").escape(message)):
         ClassFeatureStatistics(**kwargs)
+
+
+def _buffers(module):
+    return {name: buf.clone() for name, buf in module.named_buffers()}
+
+
+def _assert_unchanged(module, before):
+    for name, buf in module.named_buffers():
+        assert torch.equal(buf, before[name]), name
+
+
+@pytest.mark.parametrize("estimator", ["pooled", "batch"])
+def test_update_that_would_overflow_is_refused_and_old_values_kept(estimator):
+    from mr2.checks import STATISTICS_OVERFLOW, StatisticsOverflowError
+
+    stats = ClassFeatureStatistics(3, momentum=0.5, estimator=estimator, norm_p=2.0)
+    x, y = _batches(k=3)[0]
+    stats.update(x, y)
+    before = _buffers(stats)
+    huge = torch.full((4, 3), 1e20)  # finite; the squared norms (3e40) overflow float32
+    with pytest.raises(StatisticsOverflowError, match=__import__("re").escape(STATISTICS_OVERFLOW)):
+        stats.update(huge, torch.tensor([0, 1, 2, 0]))
+    _assert_unchanged(stats, before)
+    assert torch.isfinite(stats.second_moment()).all()
+
+
+def test_unchecked_update_that_would_overflow_is_skipped_without_error():
+    # check_values=False (the accelerator default): no host sync, the update is not applied.
+    stats = ClassFeatureStatistics(3, momentum=0.5, check_values=False)
+    x, y = _batches(k=3)[0]
+    stats.update(x, y)
+    before = _buffers(stats)
+    stats.update(torch.full((4, 3), 1e20), torch.tensor([0, 1, 2, 0]))
+    _assert_unchanged(stats, before)
+    stats.update(x, y)  # a normal batch afterwards is applied
+    assert torch.equal(stats.samples_seen, 2 * before["samples_seen"])
+
+
+def test_mr2_loss_refuses_an_overflowing_update_in_its_input_check():
+    from mr2 import MR2Loss
+    from mr2.checks import StatisticsOverflowError
+
+    loss_fn = MR2Loss(3)
+    x, y = _batches(k=3)[0]
+    loss_fn(torch.randn(16, 3), x, y)
+    before = _buffers(loss_fn)
+    with pytest.raises(StatisticsOverflowError):
+        loss_fn(torch.randn(4, 3), torch.full((4, 3), 1e20), torch.tensor([0, 1, 2, 0]))
+    _assert_unchanged(loss_fn, before)
+    # NaN inputs are still reported as such (counted), before any overflow message.
+    bad = x.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(MR2InputError, match="features contain 1 non-finite"):
+        loss_fn(torch.randn(16, 3), bad, y)
+
+
+def test_statistics_overflow_is_a_user_error_of_the_cli():
+    from mr2.checks import StatisticsOverflowError
+    from mr2.cli.errors import user_errors
+
+    assert StatisticsOverflowError in user_errors()
+
+
+def test_row_wise_update_matches_the_dense_moving_average_oracle_with_absent_classes():
+    # Many classes, few present per batch: absent classes keep their values bit for bit.
+    g = torch.Generator().manual_seed(5)
+    stats = ClassFeatureStatistics(50, feature_dim=7, momentum=0.8)
+    batches = []
+    for _ in range(6):
+        y = torch.randint(0, 50, (20,), generator=g)
+        batches.append((torch.randn(20, 7, generator=g) + y.unsqueeze(1) * 0.1, y))
+    for i, (x, y) in enumerate(batches):
+        before = stats.feature_sum.clone()
+        stats.update(x, y)
+        absent = torch.ones(50, dtype=torch.bool)
+        absent[y] = False
+        assert torch.equal(stats.feature_sum[absent], before[absent]), i
+    means, msq, spread = oracles.pooled_statistics(batches, 50, 0.8)
+    torch.testing.assert_close(stats.means().double(), torch.tensor(means).double(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stats.mean_sq_norm().double(), torch.tensor(msq).double(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stats.spread().double(), torch.tensor(spread).double(), rtol=1e-4, atol=1e-4)

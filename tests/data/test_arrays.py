@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mr2.data import DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DatasetError, build_datasets, errors
 from mr2.data.arrays import load_arrays
 
 
@@ -61,7 +62,7 @@ def test_integer_images_are_kept(tmp_path: Path) -> None:
 def test_build_datasets_arrays(tmp_path: Path) -> None:
     content = _arrays(n_train=30)
     path = _save(tmp_path / "features.pt", content)
-    bundle = build_datasets(DataConfig("arrays", root=str(path), val_fraction=0.2, seed=1))
+    bundle = build_datasets(DataSection("arrays", root=str(path), val_fraction=0.2, split_seed=1))
     assert bundle.input_shape == (5,) and bundle.regime == "none"
     assert bundle.train_class_counts.tolist() == [8, 8, 8]
     for position in range(len(bundle.train)):
@@ -129,7 +130,9 @@ def test_labels_out_of_range(tmp_path: Path) -> None:
     path = _save(tmp_path / "features.npz", content)
     _expect(
         path,
-        errors.LABELS_OUT_OF_RANGE.format(path=path, what="`y_test`", num_classes=3, low=0, high=3),
+        errors.ARRAY_LABEL_PAST_K.format(
+            path=path, key="y_test", split="test", label=3, index=2, count=1, last=2, num_classes=3
+        ),
     )
     content["y_test"][2] = -1
     path = _save(tmp_path / "negative.npz", content)
@@ -216,3 +219,39 @@ def test_pickled_class_names_are_refused(tmp_path: Path) -> None:
     path = _save(tmp_path / "features.npz", content)
     with pytest.raises(DatasetError, match="allow_pickle=False"):
         load_arrays(path)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])
+def test_float64_beyond_float32_is_refused(tmp_path: Path, suffix: str) -> None:
+    content = _arrays()
+    content["x_train"][3, 2] = -1e300
+    content["x_train"][7, 0] = 3.5e38  # just past float32's largest finite value (3.4028235e38)
+    content["x_train"][8, 0] = 3.4e38  # still finite in float32: kept
+    path = _save(tmp_path / f"huge{suffix}", content)
+    _expect(
+        path,
+        errors.ARRAY_FLOAT32_OVERFLOW.format(
+            path=path, key="x_train", split="training", count=2, largest=1e300
+        ),
+    )
+    content["x_train"][[3, 7], [2, 0]] = 0.0
+    data = load_arrays(_save(tmp_path / f"large{suffix}", content))
+    assert float(data.x_train[8, 0]) == pytest.approx(3.4e38, rel=1e-7)
+
+
+def test_a_stray_label_is_named_and_a_real_gap_is_not(tmp_path: Path) -> None:
+    content = _arrays()
+    content["y_train"][4] = 6  # classes 0..2 and one label 6: K would be 7
+    path = _save(tmp_path / "stray.npz", content)
+    _expect(
+        path,
+        errors.ARRAY_LABEL_PAST_OTHERS.format(
+            path=path, key="y_train", split="training", label=6, index=4, count=1, top=2,
+            num_classes=7, empty="3, 4, 5",
+        ),
+    )
+    content = _arrays(k=5)
+    content["y_train"][content["y_train"] == 2] = 4  # class 2 dropped, 3 and 4 kept: a real gap
+    content["y_test"][content["y_test"] == 2] = 3
+    path = _save(tmp_path / "gap.npz", content)
+    _expect(path, errors.EMPTY_CLASSES.format(path=path, classes="2 (2)", num_classes=5))

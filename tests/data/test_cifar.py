@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mr2.data import DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DatasetError, build_datasets, errors
 from mr2.data.cifar import (
     load_cifar,
     long_tailed_counts,
@@ -194,8 +195,8 @@ def test_long_tailed_indices_take_first_of_each_class_in_seeded_permutation() ->
 
 def test_build_datasets_cifar10_long_tailed(tmp_path: Path, write_cifar) -> None:
     written = write_cifar(tmp_path, 10, per_class_train=20)
-    config = DataConfig(
-        "cifar10", root=str(tmp_path), val_fraction=0.1, imbalance_factor=10.0, seed=5
+    config = DataSection(
+        "cifar10", root=str(tmp_path), val_fraction=0.1, imbalance_factor=10.0, split_seed=5
     )
     bundle = build_datasets(config)
     kept = long_tailed_counts(20, 10, 10.0)
@@ -212,7 +213,7 @@ def test_build_datasets_cifar10_long_tailed(tmp_path: Path, write_cifar) -> None
 
 def test_cifar_needs_root() -> None:
     with pytest.raises(DatasetError) as caught:
-        build_datasets(DataConfig("cifar100"))
+        build_datasets(DataSection("cifar100"))
     assert str(caught.value) == errors.ROOT_REQUIRED.format(
         name="cifar100", what="the directory holding cifar-100-python/"
     )

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from mr2.data import DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DatasetError, build_datasets, errors
 from mr2.data.fashion_mnist import (
     DEFAULT_FASHION_MNIST_ROOT,
     FASHION_MNIST_CLASSES,
@@ -202,7 +203,7 @@ def test_empty_class(tmp_path: Path, write_fashion_mnist, write_idx) -> None:
 def test_build_datasets_fashion_mnist(tmp_path: Path, write_fashion_mnist) -> None:
     written = write_fashion_mnist(tmp_path, n_train=100)
     bundle = build_datasets(
-        DataConfig("fashion_mnist", root=str(tmp_path), val_fraction=0.2, augment=False)
+        DataSection("fashion_mnist", root=str(tmp_path), val_fraction=0.2, augment=False)
     )
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (80, 20, 20)
     assert bundle.train_class_counts.tolist() == [8] * 10
@@ -231,7 +232,7 @@ _REAL_FILES = [
     "(apt-get install dataset-fashion-mnist)",
 )
 def test_real_fashion_mnist() -> None:
-    bundle = build_datasets(DataConfig("fashion_mnist"))
+    bundle = build_datasets(DataSection("fashion_mnist"))
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (54000, 6000, 10000)
     assert bundle.train_class_counts.tolist() == [5400] * 10
     assert bundle.class_names[9] == "Ankle boot"

@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from mr2.data import DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DatasetError, build_datasets, errors
 from mr2.data.fine_grained import FINE_GRAINED, load_fine_grained
 
 
@@ -77,7 +78,7 @@ def test_food101_from_tiny_files(tmp_path: Path) -> None:
 
     # The data set's own folder is accepted as root too, and the engine sees 3-tuples.
     bundle = build_datasets(
-        DataConfig("food101", root=str(tmp_path / "food-101"), val_fraction=0.0, image_size=16)
+        DataSection("food101", root=str(tmp_path / "food-101"), val_fraction=0.0, image_size=16)
     )
     inputs, target, index = bundle.test[1]
     assert inputs.shape == (3, 16, 16) and index == 1

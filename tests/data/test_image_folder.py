@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mr2.data import DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DatasetError, build_datasets, errors
 from mr2.data.image_folder import load_image_folder
 from mr2.data.transforms import NORMALIZATION
 
@@ -26,7 +27,7 @@ def test_load_image_folder_targets_follow_sorted_class_dirs(
 def test_build_datasets_image_folder_decodes_pixels(tmp_path: Path, write_image_folder) -> None:
     written = write_image_folder(tmp_path, per_class=2)
     bundle = build_datasets(
-        DataConfig("image_folder", root=str(tmp_path), val_fraction=0.0, image_size=8)
+        DataSection("image_folder", root=str(tmp_path), val_fraction=0.0, image_size=8)
     )
     assert bundle.class_names == ["cat", "dog", "emu"]
     assert bundle.input_shape == (3, 8, 8) and bundle.regime == "imagenet"

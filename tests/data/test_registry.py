@@ -8,14 +8,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from mr2.data import DATASETS, DataConfig, DatasetError, build_datasets, errors
+from mr2.config import DataSection
+from mr2.data import DATASETS, DatasetError, build_datasets, errors
 from mr2.data.synthetic import default_spreads, make_synthetic
 
 _SMALL = {"num_classes": 4, "dim": 6, "train_per_class": 25, "test_per_class": 5}
 
 
 def _bundle(**overrides):
-    config = DataConfig("synthetic", extra=dict(_SMALL), **overrides)
+    config = DataSection("synthetic", options=dict(_SMALL), **overrides)
     return build_datasets(config)
 
 
@@ -61,7 +62,7 @@ def test_loader_batches() -> None:
 
 def test_splits_pickle_for_loader_workers(tmp_path, write_image_folder) -> None:
     write_image_folder(tmp_path)
-    image_bundle = build_datasets(DataConfig("image_folder", root=str(tmp_path), image_size=8))
+    image_bundle = build_datasets(DataSection("image_folder", root=str(tmp_path), image_size=8))
     for split in (_bundle().train, image_bundle.test):
         copy = pickle.loads(pickle.dumps(split))
         assert torch.equal(copy.targets, split.targets)
@@ -69,9 +70,9 @@ def test_splits_pickle_for_loader_workers(tmp_path, write_image_folder) -> None:
 
 
 def test_same_config_same_splits_other_seed_other_split() -> None:
-    first, second = _bundle(seed=3), _bundle(seed=3)
+    first, second = _bundle(split_seed=3), _bundle(split_seed=3)
     assert torch.equal(first.train.source_indices, second.train.source_indices)
-    assert not torch.equal(first.train.source_indices, _bundle(seed=4).train.source_indices)
+    assert not torch.equal(first.train.source_indices, _bundle(split_seed=4).train.source_indices)
 
 
 def test_long_tail_on_any_data_set() -> None:
@@ -81,10 +82,10 @@ def test_long_tail_on_any_data_set() -> None:
 
 
 def test_long_tail_that_empties_a_class() -> None:
-    config = DataConfig(
+    config = DataSection(
         "synthetic",
         imbalance_factor=100.0,
-        extra={"num_classes": 3, "train_per_class": 20, "test_per_class": 2},
+        options={"num_classes": 3, "train_per_class": 20, "test_per_class": 2},
     )
     with pytest.raises(DatasetError, match=r"class\(es\) 2 \(class_2\) have no training samples"):
         build_datasets(config)
@@ -92,12 +93,12 @@ def test_long_tail_that_empties_a_class() -> None:
 
 def test_unknown_name_and_bad_fraction() -> None:
     with pytest.raises(DatasetError) as caught:
-        build_datasets(DataConfig("mnist-ish"))
+        build_datasets(DataSection("mnist-ish"))
     assert str(caught.value) == errors.UNKNOWN_DATASET.format(
         name="mnist-ish", choices=", ".join(sorted(DATASETS))
     )
     with pytest.raises(ValueError, match="val_fraction"):
-        build_datasets(DataConfig("synthetic", val_fraction=1.0))
+        build_datasets(DataSection("synthetic", val_fraction=1.0))
 
 
 def test_synthetic_is_deterministic_and_spreads_differ() -> None:

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from engine.conftest import base_config
-from mr2.config import config_from_dict
+from mr2.config import ModelSection, config_from_dict
 from mr2.engine import TrainingSession, train
 from mr2.engine.checkpoint import load_checkpoint
 from mr2.methods.registry import available_methods
-from mr2.models.registry import ModelConfig, build_model
+from mr2.models.registry import build_model
 
 OPTIONS = {"jtt": {"stage1_epochs": 1, "lambda_up": 3}, "cdb": {"tau": 1.5}}
 
@@ -63,7 +63,7 @@ def test_jtt_eval_pass_uses_engine_predictions(spread_npz, tmp_path):
 
 
 def test_linear_probe_trains_a_head_on_cached_features(spread_npz, tmp_path):
-    backbone = build_model(ModelConfig(name="mlp", options={"hidden_dims": [24, 10]}), 4, (12,))
+    backbone = build_model(ModelSection(name="mlp", options={"hidden_dims": [24, 10]}), 4, (12,))
     weights = tmp_path / "backbone.pt"
     torch.save(backbone.state_dict(), weights)
 

@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
+from mr2.config import ModelSection
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.registry import (
     BAD_INPUT_SHAPE,
     NO_HUB_WEIGHTS,
     UNKNOWN_MODEL,
     WEIGHTS_AND_PRETRAINED,
-    ModelConfig,
     build_model,
     feature_dim_of,
 )
@@ -55,7 +55,7 @@ def test_output_shapes_and_feature_dim(
     name: str, options: dict, input_shape: tuple[int, ...], feature_dim: int
 ) -> None:
     num_classes = 7
-    model = build_model(ModelConfig(name, options=options), num_classes, input_shape)
+    model = build_model(ModelSection(name, options=options), num_classes, input_shape)
     model.eval()
     x = torch.randn(2, *input_shape)
     with torch.no_grad():
@@ -77,10 +77,10 @@ def test_output_shapes_and_feature_dim(
 
 
 def test_resnet32_layers() -> None:
-    model = build_model(ModelConfig("resnet32"), 10, (3, 32, 32))
+    model = build_model(ModelSection("resnet32"), 10, (3, 32, 32))
     convs = [m for m in model.backbone.modules() if isinstance(m, nn.Conv2d)]
     assert len(convs) == 31  # 1 stem conv + 3 stages x 5 blocks x 2 convs; +1 fc = 32 layers
-    option_b = build_model(ModelConfig("resnet32", options={"shortcut": "B"}), 10, (3, 32, 32))
+    option_b = build_model(ModelSection("resnet32", options={"shortcut": "B"}), 10, (3, 32, 32))
     assert sum(p.numel() for p in option_b.parameters()) > PAPER_SIZES["resnet32"]
 
 
@@ -94,33 +94,33 @@ def test_bad_resnet_options() -> None:
 
 def test_unknown_name_lists_valid_names() -> None:
     with pytest.raises(ValueError) as error:
-        build_model(ModelConfig("resnet9000"), 10, (3, 32, 32))
+        build_model(ModelSection("resnet9000"), 10, (3, 32, 32))
     assert str(error.value) == UNKNOWN_MODEL.format(
         name="resnet9000", names="small_cnn, mlp, resnet32, wrn28_10, resnet50, vit_b_16, linear"
     )
     with pytest.raises(ValueError, match="timm has no model named 'no_such_net'"):
-        build_model(ModelConfig("timm:no_such_net"), 10, (3, 32, 32))
+        build_model(ModelSection("timm:no_such_net"), 10, (3, 32, 32))
     with pytest.raises(ValueError, match="torchvision model 'alexnet' is not supported"):
-        build_model(ModelConfig("torchvision:alexnet"), 10, (3, 32, 32))
+        build_model(ModelSection("torchvision:alexnet"), 10, (3, 32, 32))
     assert UNSUPPORTED_TORCHVISION.startswith("torchvision model")
 
 
 def test_bad_input_shapes() -> None:
     with pytest.raises(ValueError) as error:
-        build_model(ModelConfig("linear"), 10, (3, 32, 32))
+        build_model(ModelSection("linear"), 10, (3, 32, 32))
     assert str(error.value) == BAD_INPUT_SHAPE.format(name="linear", expected="(d,)", shape=(3, 32, 32))
     with pytest.raises(ValueError, match="expects input_shape \\(C, H, W\\)"):
-        build_model(ModelConfig("resnet32"), 10, (3072,))
+        build_model(ModelSection("resnet32"), 10, (3072,))
     with pytest.raises(ValueError, match="takes 3-channel images"):
-        build_model(ModelConfig("resnet50"), 10, (1, 28, 28))
+        build_model(ModelSection("resnet50"), 10, (1, 28, 28))
 
 
 def test_pretrained_is_explicit_and_exclusive(tmp_path) -> None:
     with pytest.raises(ValueError) as error:
-        build_model(ModelConfig("small_cnn", pretrained=True), 10, (1, 28, 28))
+        build_model(ModelSection("small_cnn", pretrained=True), 10, (1, 28, 28))
     assert str(error.value) == NO_HUB_WEIGHTS.format(name="small_cnn")
     with pytest.raises(ValueError) as error:
-        build_model(ModelConfig("timm:test_vit", weights="w.pt", pretrained=True), 10, (3, 32, 32))
+        build_model(ModelSection("timm:test_vit", weights="w.pt", pretrained=True), 10, (3, 32, 32))
     assert str(error.value) == WEIGHTS_AND_PRETRAINED
 
 
@@ -133,7 +133,7 @@ def test_feature_dim_of_plain_modules() -> None:
 @pytest.mark.parametrize("name", ["small_cnn", "timm:test_resnet"])
 def test_frozen_backbone_trains_only_the_head(name: str) -> None:
     shape = (1, 28, 28) if name == "small_cnn" else (3, 32, 32)
-    model = build_model(ModelConfig(name, freeze_backbone=True), 5, shape)
+    model = build_model(ModelSection(name, freeze_backbone=True), 5, shape)
     model.train()
     assert model.training and not model.backbone.training  # batch-norm statistics stay fixed
     running = {k: v.clone() for k, v in model.backbone.state_dict().items()}

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from mr2.config import ModelSection
 from mr2.data.sources import InMemoryDataset
 from mr2.models import feature_cache
 from mr2.models.feature_cache import (
@@ -21,7 +22,7 @@ from mr2.models.feature_cache import (
     extract_features,
 )
 from mr2.models.linear_head import LinearHead
-from mr2.models.registry import ModelConfig, build_model
+from mr2.models.registry import build_model
 
 
 class CountingBackbone(nn.Module):
@@ -62,7 +63,7 @@ def test_extract_features_in_order_in_eval_mode() -> None:
 
 
 def test_extract_features_uses_forward_features_of_our_models() -> None:
-    model = build_model(ModelConfig("mlp", options={"hidden_dims": (8, 4)}), 3, (3, 4))
+    model = build_model(ModelSection("mlp", options={"hidden_dims": (8, 4)}), 3, (3, 4))
     features, _ = extract_features(model, _dataset(), batch_size=4)
     with torch.no_grad():
         assert torch.allclose(features, model.eval()(_dataset().inputs)[1])
@@ -99,8 +100,8 @@ def test_every_key_field_changes_the_file(change: dict) -> None:
 def test_changed_weights_file_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     options = {"hidden_dims": (8, 4)}
     weights = tmp_path / "backbone.pt"
-    torch.save(build_model(ModelConfig("mlp", options=options), 3, (3, 4)).state_dict(), weights)
-    config = ModelConfig("mlp", weights=str(weights), options=options)
+    torch.save(build_model(ModelSection("mlp", options=options), 3, (3, 4)).state_dict(), weights)
+    config = ModelSection("mlp", weights=str(weights), options=options)
     data = _dataset()
 
     def key() -> FeatureCacheKey:
@@ -116,7 +117,7 @@ def test_changed_weights_file_invalidates(tmp_path: Path, monkeypatch: pytest.Mo
     assert (cache.hits, cache.misses) == (1, 1)
 
     # New weights in the same file: new key, new extraction.
-    torch.save(build_model(ModelConfig("mlp", options=options), 3, (3, 4)).state_dict(), weights)
+    torch.save(build_model(ModelSection("mlp", options=options), 3, (3, 4)).state_dict(), weights)
     second_key = key()
     assert second_key != first_key
     backbone = CountingBackbone()
@@ -126,7 +127,7 @@ def test_changed_weights_file_invalidates(tmp_path: Path, monkeypatch: pytest.Mo
     # The key follows the content, not the size or modification time: rewrite the file with
     # other weights of the same size, restore its mtime, and look it up from a fresh process.
     stat = weights.stat()
-    torch.save(build_model(ModelConfig("mlp", options=options), 3, (3, 4)).state_dict(), weights)
+    torch.save(build_model(ModelSection("mlp", options=options), 3, (3, 4)).state_dict(), weights)
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert weights.stat().st_size == stat.st_size
     monkeypatch.setattr(feature_cache, "_fingerprints", {})
@@ -136,11 +137,11 @@ def test_changed_weights_file_invalidates(tmp_path: Path, monkeypatch: pytest.Mo
 def test_random_init_is_not_cached() -> None:
     with pytest.raises(ValueError) as error:
         FeatureCacheKey.for_model(
-            ModelConfig("resnet32"), dataset="d", split="train", num_samples=1, transform="t"
+            ModelSection("resnet32"), dataset="d", split="train", num_samples=1, transform="t"
         )
     assert str(error.value) == NO_WEIGHTS_TO_CACHE.format(name="resnet32")
     hub = FeatureCacheKey.for_model(
-        ModelConfig("timm:vit_base_patch16_224.mae", pretrained=True),
+        ModelSection("timm:vit_base_patch16_224.mae", pretrained=True),
         dataset="d",
         split="train",
         num_samples=1,
@@ -195,7 +196,7 @@ def test_linear_head_trains_on_cached_features(tmp_path: Path) -> None:
     backbone = CountingBackbone()
     features, cached_labels = FeatureCache(tmp_path).get_or_extract(_key(num_samples=64), backbone, data)
 
-    head = build_model(ModelConfig("linear"), 2, (features.shape[1],))
+    head = build_model(ModelSection("linear"), 2, (features.shape[1],))
     assert isinstance(head, LinearHead)
     optimizer = torch.optim.SGD(head.parameters(), lr=0.5)
     for _ in range(100):

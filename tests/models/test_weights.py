@@ -9,11 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from mr2.models.registry import ModelConfig, build_model
+from mr2.config import ModelSection
+from mr2.models.registry import build_model
 from mr2.models.torchvision_models import TorchvisionClassifier
 from mr2.models.weights import (
     NO_STATE_DICT,
     WEIGHTS_NOT_FOUND,
+    WEIGHTS_REFUSED,
+    WeightsFileError,
     WeightsMismatchError,
     load_state_dict_file,
 )
@@ -41,26 +44,26 @@ def _outputs(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     [("small_cnn", (1, 28, 28)), ("mlp", (1, 28, 28)), ("resnet32", (3, 32, 32))],
 )
 def test_round_trip_own_models(tmp_path: Path, name: str, shape: tuple[int, ...]) -> None:
-    source = build_model(ModelConfig(name), 6, shape)
+    source = build_model(ModelSection(name), 6, shape)
     _settle_batch_norm(source, shape)
     path = tmp_path / "weights.pt"
     torch.save(source.state_dict(), path)
 
-    loaded = build_model(ModelConfig(name, weights=str(path), load_head=True), 6, shape)
+    loaded = build_model(ModelSection(name, weights=str(path), load_head=True), 6, shape)
     x = torch.randn(3, *shape)
     for got, want in zip(_outputs(loaded, x), _outputs(source, x)):
         assert torch.equal(got, want)
 
     # Without load_head the backbone is loaded and the head is a fresh one (any class count).
     torch.manual_seed(123)
-    fresh_head = build_model(ModelConfig(name, weights=str(path)), 4, shape)
+    fresh_head = build_model(ModelSection(name, weights=str(path)), 4, shape)
     logits, features = _outputs(fresh_head, x)
     assert torch.equal(features, _outputs(source, x)[1])
     assert logits.shape == (3, 4)
 
 
 def test_checkpoint_layouts_are_unwrapped(tmp_path: Path) -> None:
-    source = build_model(ModelConfig("small_cnn"), 10, (1, 28, 28))
+    source = build_model(ModelSection("small_cnn"), 10, (1, 28, 28))
     state = source.state_dict()
     layouts = {
         "model.pt": {"model": state, "epoch": 3, "optimizer": {"lr": 0.1}},
@@ -71,17 +74,17 @@ def test_checkpoint_layouts_are_unwrapped(tmp_path: Path) -> None:
     want = _outputs(source, x)
     for file_name, content in layouts.items():
         torch.save(content, tmp_path / file_name)
-        config = ModelConfig("small_cnn", weights=str(tmp_path / file_name), load_head=True)
+        config = ModelSection("small_cnn", weights=str(tmp_path / file_name), load_head=True)
         got = _outputs(build_model(config, 10, (1, 28, 28)), x)
         assert all(torch.equal(a, b) for a, b in zip(got, want)), file_name
 
 
 def test_safetensors_file(tmp_path: Path) -> None:
     safetensors_torch = pytest.importorskip("safetensors.torch")
-    source = build_model(ModelConfig("mlp"), 3, (12,))
+    source = build_model(ModelSection("mlp"), 3, (12,))
     path = tmp_path / "weights.safetensors"
     safetensors_torch.save_file(source.state_dict(), str(path))
-    loaded = build_model(ModelConfig("mlp", weights=str(path), load_head=True), 3, (12,))
+    loaded = build_model(ModelSection("mlp", weights=str(path), load_head=True), 3, (12,))
     x = torch.randn(2, 12)
     assert torch.equal(_outputs(loaded, x)[0], _outputs(source, x)[0])
 
@@ -93,7 +96,7 @@ def test_torchvision_native_state_dict_round_trip(tmp_path: Path) -> None:
     torch.save(library_model.state_dict(), path)
 
     model = build_model(
-        ModelConfig("torchvision:resnet18", weights=str(path), load_head=True), 7, (3, 32, 32)
+        ModelSection("torchvision:resnet18", weights=str(path), load_head=True), 7, (3, 32, 32)
     )
     x = torch.randn(2, 3, 32, 32)
     logits, _ = _outputs(model, x)
@@ -101,7 +104,7 @@ def test_torchvision_native_state_dict_round_trip(tmp_path: Path) -> None:
         assert torch.equal(logits, library_model(x))
 
     # A head for another task: the file's fc (7 classes) is ignored, not an error...
-    model = build_model(ModelConfig("torchvision:resnet18", weights=str(path)), 3, (3, 32, 32))
+    model = build_model(ModelSection("torchvision:resnet18", weights=str(path)), 3, (3, 32, 32))
     assert _outputs(model, x)[0].shape == (2, 3)
     # ... unless it is asked for.
     with pytest.raises(WeightsMismatchError, match=r"\(2\): weight: \(7, 512\) vs \(3, 512\)"):
@@ -136,14 +139,14 @@ def test_timm_round_trip(tmp_path: Path, layout: str) -> None:
     if layout == "timm":
         state = library_model.state_dict()
     else:
-        wrapped = build_model(ModelConfig("timm:test_resnet"), 5, (3, 32, 32))
+        wrapped = build_model(ModelSection("timm:test_resnet"), 5, (3, 32, 32))
         wrapped.backbone.load_state_dict(library_model.state_dict(), strict=False)
         wrapped.classifier.load_state_dict(library_model.get_classifier().state_dict())
         state = wrapped.state_dict()
     path = tmp_path / "test_resnet.pt"
     torch.save(state, path)
 
-    model = build_model(ModelConfig("timm:test_resnet", weights=str(path), load_head=True), 5, (3, 32, 32))
+    model = build_model(ModelSection("timm:test_resnet", weights=str(path), load_head=True), 5, (3, 32, 32))
     x = torch.randn(2, 3, 32, 32)
     logits, _ = _outputs(model, x)
     with torch.no_grad():
@@ -154,13 +157,13 @@ def test_timm_vit_position_embedding_is_resized_by_timm(tmp_path: Path) -> None:
     library_model = timm.create_model("test_vit", num_classes=0, img_size=32)
     path = tmp_path / "vit.pt"
     torch.save(library_model.state_dict(), path)
-    config = ModelConfig("timm:test_vit", weights=str(path), options={"img_size": 48})
+    config = ModelSection("timm:test_vit", weights=str(path), options={"img_size": 48})
     model = build_model(config, 4, (3, 48, 48))
     assert _outputs(model, torch.randn(1, 3, 48, 48))[1].shape == (1, 64)
 
 
 def test_mismatch_names_the_keys_and_changes_nothing(tmp_path: Path) -> None:
-    source = build_model(ModelConfig("small_cnn"), 10, (1, 28, 28))
+    source = build_model(ModelSection("small_cnn"), 10, (1, 28, 28))
     state = source.state_dict()
     del state["backbone.1.weight"]
     state["backbone.99.weight"] = torch.zeros(1)
@@ -168,7 +171,7 @@ def test_mismatch_names_the_keys_and_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "broken.pt"
     torch.save(state, path)
 
-    target = build_model(ModelConfig("small_cnn"), 10, (1, 28, 28))
+    target = build_model(ModelSection("small_cnn"), 10, (1, 28, 28))
     before = {k: v.clone() for k, v in target.state_dict().items()}
     with pytest.raises(WeightsMismatchError) as error:
         target.load_weights(load_state_dict_file(path), load_head=True, source=str(path))
@@ -184,7 +187,7 @@ def test_foreign_layout_is_reported_key_by_key(tmp_path: Path) -> None:
     path = tmp_path / "other.pt"
     torch.save(nn.Linear(3, 2).state_dict(), path)
     with pytest.raises(WeightsMismatchError, match=r"unexpected keys \(2\): weight, bias"):
-        build_model(ModelConfig("mlp", weights=str(path)), 2, (3,))
+        build_model(ModelSection("mlp", weights=str(path)), 2, (3,))
 
 
 def test_timm_mismatch_names_the_keys(tmp_path: Path) -> None:
@@ -193,7 +196,7 @@ def test_timm_mismatch_names_the_keys(tmp_path: Path) -> None:
     state["extra.weight"] = torch.zeros(1)
     path = tmp_path / "vit.pt"
     torch.save(state, path)
-    config = ModelConfig("timm:test_vit", weights=str(path), options={"img_size": 32})
+    config = ModelSection("timm:test_vit", weights=str(path), options={"img_size": 32})
     with pytest.raises(WeightsMismatchError) as error:
         build_model(config, 4, (3, 32, 32))
     assert '"cls_token"' in str(error.value) and '"extra.weight"' in str(error.value)
@@ -208,7 +211,7 @@ def test_key_prefix_selects_a_moco_encoder(tmp_path: Path) -> None:
     path = tmp_path / "moco.pth.tar"
     torch.save(checkpoint, path)
 
-    config = ModelConfig("torchvision:resnet18", weights=str(path), weights_key_prefix="encoder_q.")
+    config = ModelSection("torchvision:resnet18", weights=str(path), weights_key_prefix="encoder_q.")
     model = build_model(config, 10, (3, 32, 32))
     x = torch.randn(2, 3, 32, 32)
     encoder.fc = nn.Identity()
@@ -241,5 +244,9 @@ def test_files_without_weights(tmp_path: Path) -> None:
     # weights_only=True: a pickle that would run code (any non-allowlisted class) is refused.
     path = tmp_path / "code.pt"
     torch.save({"weight": torch.zeros(1), "payload": _NotATensor()}, path)
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(WeightsFileError) as refused:
         load_state_dict_file(path)
+    assert str(refused.value) == WEIGHTS_REFUSED.format(
+        path=path, reason=f"{__name__}._NotATensor is not allowed"
+    )
+    assert isinstance(refused.value.__cause__, pickle.UnpicklingError)

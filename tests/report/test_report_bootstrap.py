@@ -23,13 +23,70 @@ def test_reproducible_with_a_seed() -> None:
     assert first["group_min"] != other["group_min"]
 
 
+def loop_metrics(correct: list[int], total: list[int]) -> dict[str, float]:
+    """float64 oracle of a few report metrics of one resample, one class at a time."""
+    acc = [c / n for c, n in zip(correct, total) if n > 0]
+    mean = sum(acc) / len(acc)
+    worst = sorted(acc)
+    return {
+        "overall": sum(correct) / sum(total),
+        "group_min": worst[0],
+        "difference": worst[-1] - worst[0],
+        "mean_class_accuracy": mean,
+        "std": math.sqrt(sum((a - mean) ** 2 for a in acc) / len(acc)),
+        "bottom_mean": worst[0],  # ceil(0.1 * 4) = 1 class
+    }
+
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_intervals_match_a_loop_oracle(stratified: bool) -> None:
+    """Same resampled counts (same seed), metrics recomputed resample by resample in float64."""
+    names = ["overall", "group_min", "difference", "mean_class_accuracy", "std", "bottom_mean"]
+    intervals = bootstrap_confusion(
+        MATRIX, metrics=names, num_resamples=300, confidence=0.9, stratified=stratified, seed=3
+    )
+    correct, total = resample_class_counts(
+        np.diagonal(MATRIX), MATRIX.sum(axis=1), 300, stratified=stratified, seed=np.random.default_rng(3)
+    )
+    draws = [loop_metrics(c.tolist(), t.tolist()) for c, t in zip(correct, total)]
+    point = loop_metrics(np.diagonal(MATRIX).tolist(), MATRIX.sum(axis=1).tolist())
+    for name in names:
+        values = np.array([d[name] for d in draws])
+        low, high = np.quantile(values, [0.05, 0.95])
+        ci = intervals[name]
+        assert ci.estimate == pytest.approx(point[name], abs=1e-12), name
+        assert (ci.low, ci.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12)), name
+        assert ci.std == pytest.approx(values.std(ddof=1), rel=1e-9), name
+        assert ci.num_resamples == 300
+
+
 def test_estimates_are_the_report_values() -> None:
     report = DisparityReport(MATRIX)
     intervals = report.bootstrap(num_resamples=200)
     for name, value in report.summary().items():
         assert intervals[name].estimate == pytest.approx(value), name
-        if not math.isnan(value):
-            assert intervals[name].low <= intervals[name].high
+
+
+def test_coverage_of_a_known_truth() -> None:
+    """Test sets drawn from known per-class accuracies: the 90% intervals of the overall and the
+    mean class accuracy contain the truth about 90% of the time (binomial noise over 300 draws)."""
+    rng = np.random.default_rng(11)
+    truth = np.array([0.9, 0.75, 0.6, 0.45])
+    per_class = 150
+    hits = {"overall": 0, "mean_class_accuracy": 0}
+    draws = 300
+    for _ in range(draws):
+        correct = rng.binomial(per_class, truth)
+        matrix = np.diag(correct)
+        matrix[np.arange(4), (np.arange(4) + 1) % 4] = per_class - correct
+        intervals = bootstrap_confusion(
+            matrix, metrics=list(hits), num_resamples=400, confidence=0.9, seed=rng
+        )
+        for name in hits:
+            hits[name] += intervals[name].low <= truth.mean() <= intervals[name].high
+    for name, count in hits.items():
+        # 90% of 300 is 270, with a binomial sd of about 5.2: [255, 285] is about +-3 sd.
+        assert 255 <= count <= 285, (name, count)
 
 
 def test_stratified_keeps_class_counts() -> None:

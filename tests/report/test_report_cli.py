@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from mr2.cli import report as report_cli
+from mr2.cli.main import main as cli_main
 from mr2.report import run_dir as run_dir_module
 
 
@@ -27,7 +29,7 @@ def test_full_report(comparison_runs: list[Path], tmp_path: Path, capsys: pytest
     assert code == 0, captured.err
     assert "| method | seeds | overall | easy | medium | hard |" in captured.out
     assert f"Report written to {out}/report.md" in captured.out
-    for name in ("report.md", "report.json", "comparison.csv", "runs.csv", "per_class.csv"):
+    for name in ("report.md", "report.html", "report.json", "comparison.csv", "runs.csv", "per_class.csv"):
         assert (out / name).stat().st_size > 0, name
     for stem in ("sorted_accuracy", "accuracy_change", "tier_bars", "mr2-seed0_temperatures_vs_accuracy",
                  "mr2-seed0_spread_vs_accuracy", "mr2-seed0_temperatures_evolution"):
@@ -40,7 +42,15 @@ def test_full_report(comparison_runs: list[Path], tmp_path: Path, capsys: pytest
     assert "Reference method: **erm**" in markdown
     assert "bootstrap intervals" in markdown and "Spearman rank correlation" in markdown
     assert "![Sorted per-class accuracy" in markdown
-    data = json.loads((out / "report.json").read_text())
+    # Strict JSON: undefined values are null, never a NaN token.
+    data = json.loads((out / "report.json").read_text(), parse_constant=lambda token: pytest.fail(token))
+    assert data["methods"]["erm"]["paired_t_test"] == {}
+    assert data["runs"]["erm-seed0"]["report"]["summary"]["overall"] is not None
+    # report.html stands alone: every image inline, no script, style or link fetched from elsewhere.
+    page = (out / "report.html").read_text()
+    assert re.findall(r'<img [^>]*src="([^":]*):', page) == ["data"] * page.count("<img ")
+    assert page.count("<img ") == len(list((out / "plots").glob("*.png")))
+    assert not re.search(r'(src|href)="(?!data:)', page)
     assert data["diagnostics"]["mr2-seed0"]["spearman_vs_error"]["spread"]["rho"] > 0.5
     assert data["training_evolution"]["mr2-seed1"]["epochs"] == [0, 1, 2, 3]
     assert data["runs"]["mr2-seed0"]["bootstrap"]["overall"]["low"] is not None
@@ -58,6 +68,9 @@ def test_reference_and_options(comparison_runs: list[Path], tmp_path: Path, caps
     assert "| method | seeds | overall | easy | hard |" in captured.out
     assert not (out / "plots").exists()
     assert "validation split" in (out / "report.md").read_text()
+    assert "<img" not in (out / "report.html").read_text()
+    main([*map(str, comparison_runs), "--out", str(tmp_path / "plain"), "--bootstrap", "0", "--no-plots", "--no-html"])
+    assert not (tmp_path / "plain" / "report.html").exists()
 
 
 def test_single_run(tmp_path: Path, make_run: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,15 +103,20 @@ def test_different_class_count(
     assert "runs have different class counts" in capsys.readouterr().err
 
 
-def test_registered_in_main_cli(comparison_runs: list[Path], tmp_path: Path) -> None:
-    cli_main = pytest.importorskip("mr2.cli.main")
-    try:
-        parser = cli_main.build_parser()
-    except ModuleNotFoundError as error:  # another subcommand of the tree is not written yet
-        pytest.skip(f"the mr2 command line cannot be built yet: {error}")
-    args = parser.parse_args(["report", *map(str, comparison_runs), "--out", str(tmp_path / "o"), "--no-plots",
-                              "--bootstrap", "0"])
-    assert args._run(args) == 0
+def test_registered_in_main_cli(comparison_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the `mr2` console script's own entry point (mr2.cli.main.main)."""
+    code = cli_main(["report", *map(str, comparison_runs), "--out", str(tmp_path / "o"), "--no-plots", "--bootstrap", "0"])
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "o" / "report.md").is_file() and (tmp_path / "o" / "report.html").is_file()
+    assert "| erm | 3 |" in capsys.readouterr().out
+
+
+def test_runs_and_predictions_together_are_refused(comparison_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["report", str(comparison_runs[0]), "--predictions", "x.npz", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == f"mr2 report: error: {report_cli.SOURCES_BOTH}"
+    assert cli_main(["report", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == f"mr2 report: error: {report_cli.SOURCES_NONE}"
+    assert not (tmp_path / "o").exists()
 
 
 def test_missing_class_in_every_run(tmp_path: Path) -> None:
@@ -117,3 +135,8 @@ def test_missing_class_in_every_run(tmp_path: Path) -> None:
     per_class = (tmp_path / "out" / "per_class.csv").read_text().splitlines()
     assert per_class[2] == "1,,0,,,,"
     assert (tmp_path / "out" / "plots" / "sorted_accuracy.png").stat().st_size > 0
+    text = (tmp_path / "out" / "report.json").read_text()
+    assert "NaN" not in text
+    data = json.loads(text)
+    assert data["runs"]["erm0"]["report"]["by_class"][1] is None
+    assert data["methods"]["mr2"]["per_class_mean"][1] is None

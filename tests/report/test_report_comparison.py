@@ -1,11 +1,10 @@
-"""Comparison of methods over seeds: tables, paired t-test, sign test."""
+"""Comparison of methods over seeds (aggregation) and its tables (rendering)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -13,49 +12,10 @@ import pytest
 from scipy import stats
 
 from mr2.report import comparison as comparison_module
-from mr2.report.comparison import compare_runs, mean_std, paired_t_test, sign_test
+from mr2.report.comparison import compare_runs
 from mr2.report.exceptions import ReportError
 from mr2.report.run_dir import RunRecord, load_runs
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_paired_t_test_matches_scipy(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    a = rng.normal(0.7, 0.01, 5)
-    b = a - rng.normal(0.005, 0.01, 5)
-    ours = paired_t_test(a, b)
-    theirs = stats.ttest_rel(a, b)
-    assert ours.statistic == pytest.approx(theirs.statistic, rel=1e-10)
-    assert ours.pvalue == pytest.approx(theirs.pvalue, rel=1e-10)
-    assert ours.difference == pytest.approx(float(np.mean(a - b)))
-    assert ours.num_pairs == 5
-
-
-def test_paired_t_test_degenerate_cases() -> None:
-    assert math.isnan(paired_t_test([0.7], [0.6]).pvalue)
-    constant = paired_t_test([0.7, 0.8], [0.6, 0.7])
-    assert constant.pvalue == 0.0 and constant.statistic == math.inf
-    same = paired_t_test([0.7, 0.8], [0.7, 0.8])
-    assert same.pvalue == 1.0
-    assert paired_t_test([0.7, np.nan, 0.9], [0.6, 0.5, 0.7]).num_pairs == 2
-
-
-def test_sign_test_matches_scipy_binomtest() -> None:
-    rng = np.random.default_rng(0)
-    a = rng.integers(0, 10, 50) / 10
-    b = rng.integers(0, 10, 50) / 10
-    ours = sign_test(a, b)
-    better = sum(1 for x, y in zip(a, b, strict=True) if x > y)
-    worse = sum(1 for x, y in zip(a, b, strict=True) if x < y)
-    assert (ours.better, ours.worse, ours.ties) == (better, worse, 50 - better - worse)
-    assert ours.pvalue == pytest.approx(stats.binomtest(better, better + worse).pvalue)
-
-
-def test_mean_std_over_seeds() -> None:
-    mean, std, n = mean_std([0.70, 0.72, 0.74])
-    assert (mean, n) == (pytest.approx(0.72), 3)
-    assert std == pytest.approx(0.02)
-    assert math.isnan(mean_std([0.7])[1])
+from mr2.report.tables import comparison_csv, comparison_markdown, per_class_csv, runs_csv
 
 
 def _run(method: str, seed: int, accuracy: list[float], per_class: int = 10) -> RunRecord:
@@ -112,18 +72,18 @@ def test_validation_tier_source_needs_validation() -> None:
 
 def test_outputs_from_run_directories(comparison_runs: list[Path]) -> None:
     result = compare_runs(load_runs(comparison_runs), bootstrap_resamples=50)
-    markdown = result.to_markdown()
+    markdown = comparison_markdown(result)
     assert "| method | seeds | overall | easy | medium | hard | worst class | bottom 10% | std |" in markdown
     assert "| erm | 3 |" in markdown and "| mr2 | 3 |" in markdown
     assert "Difference to erm" in markdown and "sign test" in markdown
-    rows = list(csv.DictReader(io.StringIO(result.to_csv())))
+    rows = list(csv.DictReader(io.StringIO(comparison_csv(result))))
     assert len(rows) == 2 * 7
     overall = next(r for r in rows if r["method"] == "mr2" and r["metric"] == "overall")
     assert float(overall["mean"]) == pytest.approx(result.method("mr2").mean["overall"])
     assert int(overall["pairs"]) == 3
-    runs_rows = list(csv.DictReader(io.StringIO(result.runs_csv())))
+    runs_rows = list(csv.DictReader(io.StringIO(runs_csv(result))))
     assert len(runs_rows) == 6 and "overall_low" in runs_rows[0]
-    per_class = list(csv.DictReader(io.StringIO(result.per_class_csv())))
+    per_class = list(csv.DictReader(io.StringIO(per_class_csv(result))))
     assert len(per_class) == 9 and per_class[0]["tier"] == "easy"
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert data["reference"] == "erm"

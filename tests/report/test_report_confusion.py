@@ -107,14 +107,17 @@ def test_accumulator_over_batches_equals_one_shot() -> None:
 
 @pytest.mark.parametrize(("num_samples", "world_size"), [(11, 2), (10, 3), (7, 4), (12, 4)])
 def test_sampler_padding_is_not_counted(num_samples: int, world_size: int) -> None:
-    """Simulated ranks (no process group): the sum of the per-rank matrices equals the data set's."""
+    """Simulated ranks (no process group): the sum of the per-rank matrices equals the data set's,
+    and what the accumulator dropped is exactly the sampler's padding (positions >= N of the padded
+    list, position r + i * world_size being the i-th sample of rank r)."""
     from torch.utils.data import DistributedSampler, TensorDataset
 
     generator = torch.Generator().manual_seed(num_samples)
     target = torch.randint(0, 3, (num_samples,), generator=generator)
     preds = torch.randint(0, 3, (num_samples,), generator=generator)
     total = torch.zeros(3, 3, dtype=torch.int64)
-    naive_total = 0
+    naive = torch.zeros(3, 3, dtype=torch.int64)
+    padding: list[int] = []
     for rank in range(world_size):
         sampler: DistributedSampler[int] = DistributedSampler(
             TensorDataset(torch.arange(num_samples)),
@@ -124,13 +127,18 @@ def test_sampler_padding_is_not_counted(num_samples: int, world_size: int) -> No
             seed=5,
         )
         indices = torch.tensor(list(sampler))
+        padding += [int(index) for i, index in enumerate(indices) if rank + i * world_size >= num_samples]
         metric = ConfusionMatrix(3, dataset_length=num_samples, rank=rank, world_size=world_size)
+        counted = ConfusionMatrix(3)
         for batch in indices.split(2):
             metric.update(preds[batch], target[batch])
+            counted.update(preds[batch], target[batch])
         total += metric.local
-        naive_total += len(indices)
+        naive += counted.local
     torch.testing.assert_close(total, confusion_matrix(preds, target, 3))
-    assert naive_total >= num_samples  # the sampler padded (or not): the naive count differs
+    assert len(padding) == (-num_samples) % world_size
+    pad = torch.tensor(padding, dtype=torch.int64)
+    torch.testing.assert_close(naive - total, confusion_matrix(preds[pad], target[pad], 3))
 
 
 def test_count_mismatch_is_an_error() -> None:

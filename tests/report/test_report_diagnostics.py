@@ -12,36 +12,11 @@ import pytest
 import torch
 from scipy import stats
 
-from mr2.report.diagnostics import ClassDiagnostics, spearman, training_evolution
+from mr2.report.diagnostics import ClassDiagnostics, training_evolution
 from mr2.report.exceptions import ReportError
 from mr2.report.margins import logit_margins, per_class_margin_summary
 from mr2.report.run_dir import load_run
 from mr2.report.tiers import TierSplit
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_spearman_matches_scipy_with_ties(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 6, 40).astype(float)
-    y = x + rng.integers(0, 4, 40)
-    ours = spearman(x, y)
-    theirs = stats.spearmanr(x, y)
-    assert ours.rho == pytest.approx(theirs.statistic, abs=1e-12)
-    assert ours.pvalue == pytest.approx(theirs.pvalue, rel=1e-9)
-    assert ours.n == 40
-
-
-def test_spearman_drops_nan_and_handles_constants() -> None:
-    x = np.array([1.0, 2.0, np.nan, 4.0, 5.0])
-    y = np.array([2.0, 1.0, 3.0, 5.0, 4.0])
-    keep = ~np.isnan(x)
-    assert spearman(x, y).rho == pytest.approx(stats.spearmanr(x[keep], y[keep]).statistic)
-    assert spearman(x, y).n == 4
-    assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]).rho)
-    assert math.isnan(spearman([1.0, 2.0], [1.0, 2.0]).rho)
-    assert spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]).rho == -1.0
-    with pytest.raises(ReportError, match="same shape"):
-        spearman([1.0, 2.0], [1.0])
 
 
 def test_class_diagnostics_from_run(comparison_runs: list[Path]) -> None:

@@ -82,3 +82,35 @@ def test_bad_curves_are_explained(tmp_path: Path) -> None:
         plots.plot_sorted_accuracy({}, tmp_path / "x")
     with pytest.raises(ReportError, match="curve 'mr2' has"):
         plots.plot_accuracy_change([0.1, 0.2], {"mr2": [0.1]}, tmp_path / "x")
+
+
+def svg_texts(path: Path) -> list[str]:
+    import re
+
+    return re.findall(r"<text[^>]*>([^<]*)</text>", path.read_text())
+
+
+def test_scatter_points_carry_their_class_names(tmp_path: Path) -> None:
+    import matplotlib
+
+    names = [f"cls-{k}" for k in range(12)]
+    rng = np.random.default_rng(2)
+    accuracy = rng.uniform(0.3, 1.0, 12)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, not paths
+        _, svg = plots.plot_statistic_vs_accuracy(
+            rng.uniform(0.9, 1.1, 12), accuracy, tmp_path / "gamma", class_names=names
+        )
+        _, change = plots.plot_accuracy_change(
+            accuracy, {"mr2": accuracy + 0.01}, tmp_path / "change", class_names=names
+        )
+        many = rng.uniform(0, 1, 100)
+        _, crowded = plots.plot_statistic_vs_accuracy(many, many, tmp_path / "many")
+    assert sorted(t for t in svg_texts(svg) if t.startswith("cls-")) == sorted(names)
+    order = np.lexsort((np.arange(12), -accuracy))  # easy -> hard, the x axis of the change plot
+    assert [t for t in svg_texts(change) if t.startswith("cls-")] == [names[k] for k in order]
+    # 100 classes: only the 20 hardest and the 20 easiest are named (by id without names).
+    labelled = sorted(int(t) for t in svg_texts(crowded) if t.isdigit() and int(t) < 100)
+    ranked = np.argsort(many, kind="stable")
+    extremes = set(ranked[:20].tolist()) | set(ranked[-20:].tolist())
+    assert set(labelled) >= extremes
+    assert len(set(labelled) - extremes) <= 5  # at most the x axis's tick labels (0, 20, ... 80)

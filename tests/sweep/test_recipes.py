@@ -22,10 +22,10 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from data.conftest import _write_cifar, _write_image_folder
-from mr2.config import apply_overrides
+from mr2.config import ModelSection, apply_overrides
 from mr2.engine import TrainingSession
 from mr2.engine.loop import train_one_epoch
-from mr2.models.registry import ModelConfig, build_model
+from mr2.models.registry import build_model
 from mr2.sweep import plan_sweep, spec_from_dict
 from mr2.sweep.presets import preset_path
 
@@ -66,7 +66,7 @@ def _weights_file(path: Path, name: str, options: dict[str, Any], input_shape: t
         torch.save({"epoch": 800, "arch": "resnet50", "state_dict": state}, path)
         return path
     else:  # a timm checkpoint of the same architecture (random values)
-        model = build_model(ModelConfig(name, options=options), num_classes=3, input_shape=input_shape)
+        model = build_model(ModelSection(name, options=options), num_classes=3, input_shape=input_shape)
         state = {k.removeprefix("backbone."): v for k, v in model.state_dict().items()
                  if not k.startswith("classifier.")}
     torch.save(state, path)

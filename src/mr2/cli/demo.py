@@ -131,8 +131,8 @@ def comparison_table(comparison: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo sweep and print the table. 0: done; 1: a run failed; 2: no data / bad input."""
+    from mr2.config.paths import set_dotted
     from mr2.sweep import SweepInterrupted, SweepSpecError, load_preset, run_sweep
-    from mr2.sweep.spec import set_dotted
 
     out = sys.stdout
     root, problem = _locate_data(args, out)

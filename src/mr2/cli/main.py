@@ -20,6 +20,7 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("eval", "mr2.cli.eval", "re-evaluate a run directory's last checkpoint"),
     ("report", "mr2.cli.report", "disparity report over one or more run directories"),
     ("sweep", "mr2.cli.sweep", "methods x seeds x hyperparameters, then the report (resumable)"),
+    ("tune", "mr2.cli.tune", "choose ERM or an MR2 configuration on validation, confirm on fresh seeds"),
     ("presets", "mr2.cli.presets", "list the shipped sweep presets (mr2 sweep --preset NAME)"),
 )
 

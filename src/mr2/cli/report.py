@@ -1,7 +1,8 @@
-"""``mr2 report RUN_DIR... [--reference NAME] [--out DIR]``: the class-wise disparity report.
+"""``mr2 report RUN_DIR... | --predictions FILE[=LABEL]...``: the class-wise disparity report.
 
-Reads run directories (``config.yaml`` and ``final.json``, optionally ``metrics.jsonl``), prints the
-comparison table and writes report.md, CSV/JSON files and plots to ``--out``. The work is done by
+Reads run directories (``config.yaml`` and ``final.json``, optionally ``metrics.jsonl``) or
+predictions files of any classifier (:mod:`mr2.report.predictions`), prints the comparison table and
+writes report.md, report.html, CSV/JSON files and plots to ``--out``. The work is done by
 :func:`mr2.report.write_report`; this module only parses arguments.
 """
 
@@ -10,10 +11,30 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mr2.report.exceptions import ReportError
+from mr2.report.run_dir import RunRecord
+from mr2.report.settings import ReportSettings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``report`` subcommand's arguments to ``parser``."""
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to report")
+    parser.add_argument(
+        "run_dirs", nargs="*", metavar="RUN_DIR", help="run directories to report (or --predictions)"
+    )
+    parser.add_argument(
+        "--predictions",
+        nargs="+",
+        metavar="FILE[=LABEL]",
+        default=None,
+        help="predictions files (.npz/.pt with y_true and y_pred or logits; .csv with y_true,y_pred "
+        "or y_true and one score column per class), each optionally labelled METHOD or METHOD@SEED",
+    )
+    parser.add_argument(
+        "--class-names",
+        metavar="FILE",
+        default=None,
+        help="text file with one class name per line, in class-id order (with --predictions)",
+    )
     parser.add_argument(
         "--reference",
         metavar="NAME",
@@ -57,32 +78,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--alpha", type=float, default=0.05, help="significance level marked in tables (default: 0.05)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the figures")
+    parser.add_argument("--no-html", action="store_true", help="skip report.html")
+
+
+SOURCES_BOTH = "give run directories or --predictions files, not both"
+SOURCES_NONE = "nothing to report: give run directories or --predictions FILE[=LABEL] ..."
+CLASS_NAMES_WITHOUT_PREDICTIONS = (
+    "--class-names applies to --predictions files; run directories carry their class names"
+)
+
+
+def settings_from_args(args: argparse.Namespace) -> ReportSettings:
+    """The report's settings from the parsed arguments."""
+    return ReportSettings(
+        reference=args.reference,
+        num_tiers=args.tiers,
+        tier_source=args.tier_source,
+        bottom_fraction=args.bottom_fraction,
+        alpha=args.alpha,
+        bootstrap_resamples=args.bootstrap,
+        confidence=args.confidence,
+        seed=args.seed,
+        plots=not args.no_plots,
+        html=not args.no_html,
+    )
+
+
+def _load(args: argparse.Namespace) -> list[RunRecord]:
+    from mr2.report.predictions import load_predictions, read_class_names
+    from mr2.report.run_dir import load_runs
+
+    if args.run_dirs and args.predictions:
+        raise ReportError(SOURCES_BOTH)
+    if args.predictions:
+        names = read_class_names(args.class_names) if args.class_names is not None else None
+        return load_predictions(args.predictions, class_names=names)
+    if args.class_names is not None:
+        raise ReportError(CLASS_NAMES_WITHOUT_PREDICTIONS)
+    if not args.run_dirs:
+        raise ReportError(SOURCES_NONE)
+    return load_runs(args.run_dirs)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the report; print the table. Returns 0, or 2 with a message on bad input."""
-    from mr2.report.exceptions import ReportError
-    from mr2.report.run_dir import load_runs
+    from mr2.report.tables import comparison_markdown
     from mr2.report.writer import write_report
 
     try:
-        runs = load_runs(args.run_dirs)
-        output = write_report(
-            runs,
-            args.out,
-            reference=args.reference,
-            num_tiers=args.tiers,
-            tier_source=args.tier_source,
-            bottom_fraction=args.bottom_fraction,
-            alpha=args.alpha,
-            bootstrap_resamples=args.bootstrap,
-            confidence=args.confidence,
-            seed=args.seed,
-            plots=not args.no_plots,
-        )
+        output = write_report(_load(args), args.out, settings_from_args(args))
     except ReportError as error:
         print(f"mr2 report: error: {error}", file=sys.stderr)
         return 2
-    print(output.comparison.to_markdown())
+    print(comparison_markdown(output.comparison))
     print(f"Report written to {args.out}/report.md ({len(output.files)} files).")
     return 0

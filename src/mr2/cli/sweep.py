@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 EXIT_FAILED_RUNS = 1
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``sweep`` subcommand's arguments to ``parser``."""
-    parser.add_argument("spec", nargs="?", metavar="SWEEP.yaml", help="sweep specification file")
+    parser.add_argument("spec", nargs="?", metavar="SWEEP.yaml",
+                        help="sweep specification file; or `status DIR` / `report DIR` for a sweep directory")
+    parser.add_argument("target", nargs="?", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--preset", metavar="NAME",
                         help="a shipped sweep instead of a file (see `mr2 presets`)")
     parser.add_argument(
@@ -46,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="list the runs and their commands; train nothing")
     parser.add_argument("--no-report", action="store_true", help="train only; write no report")
+    parser.add_argument("--launcher", choices=("local", "slurm"),
+                        help="where the runs execute: local process pool or submitit (overrides the file)")
+    parser.add_argument("--launcher-option", dest="launcher_options", action="append", default=[],
+                        metavar="KEY=VALUE", help="a launcher key, e.g. partition=gpu (repeatable; see "
+                        "docs/cluster.md)")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="with launcher slurm: submit the jobs and return (then `mr2 sweep status DIR`)")
     parser.add_argument("--no-plots", action="store_true", help="write the report without figures")
 
 
@@ -53,6 +62,16 @@ def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
     from mr2.config import apply_overrides
 
     data = dict(spec_data)
+    if args.launcher is not None or args.launcher_options:
+        from mr2.sweep.launcher import parse_launcher_option
+
+        launcher = dict(data.get("launcher") or {})
+        if args.launcher is not None:
+            launcher["name"] = args.launcher
+        for option in args.launcher_options:
+            key, value = parse_launcher_option(option)
+            launcher[key] = value
+        data["launcher"] = launcher
     if args.overrides:
         if "base_config" in data:
             from mr2.config import load_yaml
@@ -91,15 +110,23 @@ def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep. Exit code 0: all runs finished and the report was written; 1: some run
-    failed (the others ran; the report covers them); 2: invalid input; 130: interrupted."""
-    from pathlib import Path
+    failed or is running in another process (the others ran; the report covers them); 2: invalid
+    input; 128 + the signal's number when stopped by a signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP),
+    after stopping its trainers."""
+
 
     from mr2.config import ConfigError, load_yaml
+    from mr2.report.tables import comparison_markdown
     from mr2.sweep import SweepInterrupted, SweepSpecError, describe_plan, prepare_sweep, run_sweep
     from mr2.sweep.presets import preset_path
     from mr2.sweep.spec import spec_from_dict
 
+    if args.spec in ("status", "report") and args.target is not None:
+        return _inspect(args.spec, Path(args.target), args)
     try:
+        if args.target is not None:
+            raise SweepSpecError(f"unexpected argument {args.target!r}; did you mean `mr2 sweep status "
+                                 f"{args.target}` or `mr2 sweep report {args.target}`?")
         if (args.spec is None) == (args.preset is None):
             raise SweepSpecError("give a sweep file or --preset NAME (one of them).")
         source = preset_path(args.preset) if args.preset is not None else Path(args.spec)
@@ -111,15 +138,50 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(describe_plan(spec, prepare_sweep(spec)))
             return 0
-        result = run_sweep(spec, report=not args.no_report, plots=False if args.no_plots else None)
+        result = run_sweep(spec, report=not args.no_report, plots=False if args.no_plots else None,
+                           wait=not args.no_wait)
     except (ConfigError, SweepSpecError) as error:
         print(f"mr2 sweep: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except SweepInterrupted:
-        print("\nmr2 sweep: interrupted; run the same command again to resume.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except SweepInterrupted as interrupt:
+        print(f"\nmr2 sweep: interrupted ({interrupt}); its trainers were stopped; run the same command "
+              "again to resume.", file=sys.stderr)
+        return 128 + interrupt.signum
     if result.report is not None:
         print()
-        print(result.report.output.comparison.to_markdown())
+        print(comparison_markdown(result.report.output.comparison))
         print(f"Report: {result.report.markdown_path}")
+    if args.no_wait and spec.launcher.name == "slurm":
+        return 0 if not result.failed else EXIT_FAILED_RUNS
     return 0 if result.ok else EXIT_FAILED_RUNS
+
+
+def _inspect(command: str, sweep_dir: Path, args: argparse.Namespace) -> int:
+    """``mr2 sweep status DIR`` (0) / ``mr2 sweep report DIR`` (0 written; 1 no report: no finished
+    reference run); 2 when DIR is not a sweep directory."""
+    from mr2.report.exceptions import ReportError
+    from mr2.report.tables import comparison_markdown
+    from mr2.sweep import SweepSpecError, plan_sweep, write_sweep_report
+    from mr2.sweep.selection import SelectionError
+    from mr2.sweep.status import load_sweep, status_table, sweep_status
+
+    try:
+        if command == "status":
+            print(status_table(sweep_status(sweep_dir)))
+            return 0
+        spec = load_sweep(sweep_dir)
+        points = plan_sweep(spec)
+    except SweepSpecError as error:
+        print(f"mr2 sweep: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    missing = [p.name for p in points if not p.directory.is_finished]
+    try:
+        report = write_sweep_report(spec, points, plots=False if args.no_plots else None)
+    except (ReportError, SelectionError) as error:
+        print(f"mr2 sweep report: no report: {error}", file=sys.stderr)
+        return EXIT_FAILED_RUNS
+    print(comparison_markdown(report.output.comparison))
+    if missing:
+        print(f"\n{len(missing)} of {len(points)} run(s) not finished, left out: {', '.join(missing)}")
+    print(f"Report: {report.markdown_path}")
+    return 0

@@ -16,6 +16,7 @@ __all__ = [
     "OptimSection",
     "RunConfig",
     "SAMSection",
+    "build_dataclass",
     "config_from_dict",
     "config_to_dict",
 ]
@@ -32,13 +33,47 @@ class ConfigError(ValueError):
 
 @dataclass
 class DataSection:
-    """Which data set and how to load it."""
+    """Which data set, how to load and split it, and how to batch it (the ``data:`` section).
+
+    The same object goes to :func:`mr2.data.build_datasets` (the loading fields) and to the
+    engine's loaders (``batch_size``, ``eval_batch_size``, ``num_workers``).
+
+    Attributes:
+        name: ``fashion_mnist``, ``cifar10``, ``cifar100``, ``imagenet``, ``image_folder``,
+            ``oxford_pets``, ``stanford_cars``, ``flowers102``, ``food101``, ``fgvc_aircraft``,
+            ``arrays``, ``synthetic`` (or a name added with :func:`mr2.data.register_dataset`).
+        root: where the files are (a directory; for ``arrays`` the ``.npz`` / ``.pt`` file).
+            None: the data set's default (Fashion-MNIST: the Debian location).
+        val_fraction: share of every training class held out for validation, in ``[0, 1)``.
+        split_seed: seeds the validation split and the subsampling (``train_per_class``,
+            ``imbalance_factor``).
+        imbalance_factor: ``n_max / n_min`` of an exponentially long-tailed training split
+            (1: keep the training split as it is).
+        train_per_class: keep at most this many training images per class (a seeded choice, made
+            before the validation split is held out, so validation comes out of them); None: all.
+            A small-data regime of a real data set; at least 2; not combined with
+            ``imbalance_factor``.
+        augment: augment the training split with the regime's standard augmentation (never for a
+            linear probe, whose features are computed once).
+        image_size: side of the model's input images (default: native size; 224 for ImageNet-like).
+        download: allow torchvision to download missing files (only where internet is allowed).
+        batch_size: training batch size per process.
+        eval_batch_size: evaluation batch size per process.
+        num_workers: DataLoader worker processes.
+        options: per-data-set options, validated per data set: ``regime`` (``arrays`` /
+            ``image_folder``: ``mnist``, ``cifar``, ``imagenet`` or ``none``), ``mean`` / ``std``
+            (normalisation), ``mnist_crop`` (Fashion-MNIST: RandomCrop(28, padding=2)),
+            ``annotation_level`` (FGVC-Aircraft), and for ``synthetic``: ``num_classes``, ``dim``,
+            ``train_per_class``, ``test_per_class``, ``spreads``, ``separation``, ``data_seed``
+            (default 0, independent of ``split_seed``).
+    """
 
     name: str = "fashion_mnist"
     root: str | None = None
     val_fraction: float = 0.1
     split_seed: int = 0
     imbalance_factor: float = 1.0
+    train_per_class: int | None = None
     augment: bool = False
     image_size: int | None = None
     download: bool = False
@@ -47,13 +82,42 @@ class DataSection:
     num_workers: int = 0
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        _raise_failed([
+            ("data.val_fraction", 0.0 <= self.val_fraction < 1.0, "must be in [0, 1)"),
+            ("data.imbalance_factor", self.imbalance_factor >= 1.0, "must be >= 1"),
+            ("data.train_per_class", self.train_per_class is None or self.train_per_class >= 2,
+             "must be null or an integer >= 2 (a class needs two images to be split and learned)"),
+            ("data.train_per_class", self.train_per_class is None or self.imbalance_factor == 1.0,
+             "cannot be combined with data.imbalance_factor (both subsample the training split; "
+             "set one)"),
+            ("data.batch_size", self.batch_size >= 1, "must be >= 1"),
+            ("data.eval_batch_size", self.eval_batch_size >= 1, "must be >= 1"),
+            ("data.num_workers", self.num_workers >= 0, "must be >= 0"),
+        ])
+
 
 @dataclass
 class ModelSection:
-    """Which model; ``weights`` is a local checkpoint file (pretrained backbones).
+    """Which model and where its weights come from (the ``model:`` section).
 
-    ``weights_key_prefix`` selects a sub-network of the checkpoint (e.g. ``encoder_q.`` for MoCo v2);
-    ``load_head`` also loads the checkpoint's classifier (otherwise a fresh head is trained).
+    The same object goes to :func:`mr2.models.build_model`.
+
+    Attributes:
+        name: ``small_cnn``, ``mlp``, ``resnet32``, ``wrn28_10``, ``resnet50``, ``vit_b_16``,
+            ``linear`` (a head on cached features), ``timm:<name>`` or ``torchvision:<name>``.
+        weights: local weights file (state_dict or checkpoint; read with ``weights_only=True``).
+        pretrained: download the library's weights from the hub (timm / torchvision models only;
+            never implicit).
+        weights_key_prefix: use only the keys of ``weights`` under this prefix, prefix removed
+            (``"encoder_q."`` for a MoCo v2 checkpoint, ``"backbone."``, ...).
+        load_head: also load the classifier from ``weights`` (its shape must match); by default
+            the head is freshly initialised for the task's classes.
+        freeze_backbone: train only the head on the full model (the backbone frozen, in eval mode,
+            run without autograd); ``regime: linear_probe`` instead caches the features once.
+        sync_batchnorm: under torchrun, convert batch norms to synchronised batch norms.
+        options: keyword arguments of the model's constructor (``{"shortcut": "B"}`` for
+            resnet32, ``{"dropout": 0.3}`` for wrn28_10, ``{"img_size": 224}`` for timm ViTs, ...).
     """
 
     name: str = "small_cnn"
@@ -61,6 +125,7 @@ class ModelSection:
     pretrained: bool = False
     weights_key_prefix: str | None = None
     load_head: bool = False
+    freeze_backbone: bool = False
     sync_batchnorm: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -123,11 +188,6 @@ class RunConfig:
 
 def _check_values(config: RunConfig) -> None:
     checks = [
-        ("data.val_fraction", 0.0 <= config.data.val_fraction < 1.0, "must be in [0, 1)"),
-        ("data.imbalance_factor", config.data.imbalance_factor >= 1.0, "must be >= 1"),
-        ("data.batch_size", config.data.batch_size >= 1, "must be >= 1"),
-        ("data.eval_batch_size", config.data.eval_batch_size >= 1, "must be >= 1"),
-        ("data.num_workers", config.data.num_workers >= 0, "must be >= 0"),
         ("optim.lr", config.optim.lr > 0, "must be > 0"),
         ("optim.epochs", config.optim.epochs >= 1, "must be >= 1"),
         ("optim.warmup_epochs", 0 <= config.optim.warmup_epochs <= config.optim.epochs,
@@ -143,6 +203,10 @@ def _check_values(config: RunConfig) -> None:
          "'finetune' starts from pre-trained weights: set model.weights (a local file) or "
          "model.pretrained: true"),
     ]
+    _raise_failed(checks)
+
+
+def _raise_failed(checks: list[tuple[str, bool, str]]) -> None:
     for path, ok, problem in checks:
         if not ok:
             raise ConfigError(BAD_VALUE.format(path=path, problem=problem))
@@ -216,6 +280,31 @@ def _build(cls: type, data: Any, path: str) -> Any:
             value = float(value)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+_T = typing.TypeVar("_T")
+
+
+def build_dataclass(cls: type[_T], data: Any, path: str = "") -> _T:
+    """Build dataclass ``cls`` from a mapping with the run configuration's rules: unknown keys and
+    wrong types are :class:`ConfigError` naming the dotted key (``path`` prefixes it), nested
+    dataclass fields are built recursively, ints are accepted for floats.
+
+    Example:
+        >>> @dataclass
+        ... class Options:
+        ...     partition: str | None = None
+        ...     timeout_min: int = 60
+        >>> build_dataclass(Options, {"timeout_min": 5}, "launcher")
+        Options(partition=None, timeout_min=5)
+        >>> try:
+        ...     build_dataclass(Options, {"partitio": "gpu"}, "launcher")
+        ... except ConfigError as error:
+        ...     print(error)
+        unknown config key 'launcher.partitio'; valid keys here: partition, timeout_min.
+    """
+    result: _T = _build(cls, data, path)
+    return result
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:

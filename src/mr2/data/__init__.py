@@ -1,6 +1,7 @@
 """Data sets: standard on-disk formats, seeded validation splits and per-regime transforms.
 
-The engine calls :func:`build_datasets` with a :class:`DataConfig` and gets a :class:`DataBundle`
+The engine calls :func:`build_datasets` with the config's :class:`~mr2.config.DataSection` and gets a
+:class:`DataBundle`
 whose splits yield ``(input, target, index)``. See ``docs/data.md`` for the formats and layouts.
 """
 
@@ -11,7 +12,6 @@ from mr2.data.indexed import IndexedDataset
 from mr2.data.registry import (
     DATASETS,
     DataBundle,
-    DataConfig,
     DatasetEntry,
     build_datasets,
     register_dataset,
@@ -21,7 +21,6 @@ from mr2.data.sources import InMemoryDataset, SourceSplits, SplitArrays
 __all__ = [
     "DATASETS",
     "DataBundle",
-    "DataConfig",
     "DatasetEntry",
     "DatasetError",
     "InMemoryDataset",

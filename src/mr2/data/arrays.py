@@ -10,8 +10,8 @@ optionally, ``class_names``:
 
 Inputs are ``[N, d]`` features or ``[N, C, H, W]`` images, floating or integer; labels integer
 class ids ``0..K-1`` with ``K = len(class_names)`` (default: the largest label + 1). The reader
-checks shapes, dtypes, finite values, the label range and that every class has training samples.
-Floating inputs are converted to float32.
+checks shapes, dtypes, finite values (also after the conversion of floating inputs to float32), the
+label range (naming a label past K) and that every class has training samples.
 
 Example:
     >>> import tempfile
@@ -40,12 +40,18 @@ import torch
 from mr2.data import errors
 from mr2.data.errors import DatasetError
 from mr2.data.sources import SplitArrays
-from mr2.data.validation import check_labels, check_no_empty_classes, check_same_length
+from mr2.data.validation import (
+    check_labels,
+    check_no_empty_classes,
+    check_same_length,
+    first_label_at_or_above,
+)
 
 __all__ = ["ARRAY_KEYS", "ARRAY_SUFFIXES", "load_arrays"]
 
 ARRAY_KEYS = ("x_train", "y_train", "x_test", "y_test")
 ARRAY_SUFFIXES = (".npz", ".pt")
+_SPLITS = {"x_train": "training", "y_train": "training", "x_test": "test", "y_test": "test"}
 
 _HOW_TO_SAVE = {
     ".npz": "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)",
@@ -108,7 +114,18 @@ def _check_inputs(path: Path, key: str, x: Any) -> torch.Tensor:
             raise DatasetError(
                 errors.ARRAY_NOT_FINITE.format(path=path, key=key, count=bad), path=path
             )
-        x = x.to(torch.float32)
+        converted = x.to(torch.float32)
+        overflow = torch.isinf(converted)
+        count = int(overflow.sum())
+        if count:
+            raise DatasetError(
+                errors.ARRAY_FLOAT32_OVERFLOW.format(
+                    path=path, key=key, split=_SPLITS[key], count=count,
+                    largest=float(x[overflow].abs().max()),
+                ),
+                path=path,
+            )
+        x = converted
     return x
 
 
@@ -117,6 +134,46 @@ def _check_label_array(path: Path, key: str, y: Any) -> torch.Tensor:
         raise _unreadable(path, f"`{key}` is a {type(y).__name__}, not an array")
     # The range is checked once K is known; here only the dtype and the shape.
     return check_labels(path, y, num_classes=None, what=f"`{key}`")
+
+
+def _check_below(path: Path, labels: dict[str, torch.Tensor], num_classes: int) -> None:
+    """Name the first label at or past K (``class_names`` gave K)."""
+    for key, y in labels.items():
+        found = first_label_at_or_above(y, num_classes)
+        if found is not None:
+            label, index, count = found
+            raise DatasetError(
+                errors.ARRAY_LABEL_PAST_K.format(
+                    path=path, key=key, split=_SPLITS[key], label=label, index=index, count=count,
+                    last=num_classes - 1, num_classes=num_classes,
+                ),
+                path=path,
+            )
+
+
+def _check_no_stray_label(path: Path, labels: dict[str, torch.Tensor], num_classes: int) -> None:
+    """Without ``class_names``: a single label far past the others (K inferred from it) is named,
+    instead of the empty classes it leaves below it."""
+    counts = torch.bincount(labels["y_train"], minlength=num_classes)
+    empty = torch.nonzero(counts == 0).flatten()
+    if empty.numel() == 0 or int(empty[0]) == 0:
+        return
+    gap = int(empty[0])
+    above = torch.cat([y[y >= gap] for y in labels.values()]).unique()
+    if above.numel() != 1:
+        return  # several classes above the gap: a real gap, reported as empty classes
+    for key, y in labels.items():
+        found = first_label_at_or_above(y, gap)
+        if found is not None:
+            label, index, count = found
+            shown = ", ".join(str(k) for k in empty.tolist()[:20])
+            raise DatasetError(
+                errors.ARRAY_LABEL_PAST_OTHERS.format(
+                    path=path, key=key, split=_SPLITS[key], label=label, index=index, count=count,
+                    top=gap - 1, num_classes=num_classes, empty=shown,
+                ),
+                path=path,
+            )
 
 
 def load_arrays(path: str | os.PathLike[str]) -> SplitArrays:
@@ -130,7 +187,8 @@ def load_arrays(path: str | os.PathLike[str]) -> SplitArrays:
 
     Raises:
         DatasetError: unreadable or truncated file, missing keys, wrong dtypes or shapes, NaN or
-            infinite inputs, labels out of range, class names that do not match, or a class
+            infinite inputs (also floating inputs beyond float32's range), labels out of range (a
+            label past K is named with its split), class names that do not match, or a class
             without training samples.
     """
     path = Path(path)
@@ -167,15 +225,19 @@ def load_arrays(path: str | os.PathLike[str]) -> SplitArrays:
     for split, x in (("training", x_train), ("test", x_test)):
         if x.shape[0] == 0:
             raise DatasetError(errors.NO_SAMPLES.format(path=path, split=split), path=path)
+    labels = {"y_train": y_train, "y_test": y_test}
     names = content.get("class_names")
     if names is None:
         num_classes = int(torch.cat([y_train, y_test]).max()) + 1
         class_names = [str(k) for k in range(num_classes)]
+        if int(torch.cat([y_train, y_test]).min()) >= 0:
+            _check_no_stray_label(path, labels, num_classes)
     else:
         if isinstance(names, torch.Tensor) or not all(isinstance(n, str) for n in names):
             raise _unreadable(path, "`class_names` must be a list / array of strings")
         class_names = list(names)
         num_classes = len(class_names)
+        _check_below(path, labels, num_classes)
     y_train = check_labels(path, y_train, num_classes, what="`y_train`")
     y_test = check_labels(path, y_test, num_classes, what="`y_test`")
     check_no_empty_classes(path, y_train, num_classes, class_names)

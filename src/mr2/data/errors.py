@@ -11,10 +11,14 @@ import os
 __all__ = [
     "ARRAY_BAD_DTYPE",
     "ARRAY_BAD_SHAPE",
+    "ARRAY_FLOAT32_OVERFLOW",
+    "ARRAY_LABEL_PAST_K",
+    "ARRAY_LABEL_PAST_OTHERS",
     "ARRAY_MISSING_KEY",
     "ARRAY_NOT_BATCHED",
     "ARRAY_NOT_FINITE",
     "ARRAY_UNREADABLE",
+    "BAD_DATA_OPTION",
     "CIFAR_BAD_ARRAY",
     "CIFAR_MISSING",
     "CIFAR_UNREADABLE",
@@ -37,6 +41,8 @@ __all__ = [
     "SHAPE_MISMATCH",
     "SIZE_MISMATCH",
     "UNKNOWN_DATASET",
+    "UNKNOWN_DATA_OPTIONS",
+    "UNKNOWN_REGIME",
     "UNSAFE_PICKLE",
     "DatasetError",
 ]
@@ -95,6 +101,15 @@ CLASS_NAMES_MISMATCH = (
     "{path}: {found} class names for {expected} classes. Give exactly one name per class id."
 )
 UNKNOWN_DATASET = "unknown data set {name!r}; choose one of: {choices}."
+UNKNOWN_DATA_OPTIONS = (
+    "data set {name!r} has no option(s) {keys}; its options are: {valid}. Fix or remove them in "
+    "`data.options`."
+)
+UNKNOWN_REGIME = (
+    "unknown transform regime {regime!r} in `data.options.regime` of data set {name!r}; choose one "
+    "of: {choices}."
+)
+BAD_DATA_OPTION = "data set {name!r}: {error}. Fix `data.options`."
 ROOT_REQUIRED = "data set {name!r} needs `root`: {what}."
 UNSAFE_PICKLE = (
     "{path}: refusing to unpickle {global_name!r}: a data pickle may only hold dicts, lists, "
@@ -185,4 +200,20 @@ ARRAY_NOT_BATCHED = (
 )
 ARRAY_NOT_FINITE = (
     "{path}: `{key}` holds {count} NaN or infinite value(s). Clean or re-extract the features."
+)
+ARRAY_FLOAT32_OVERFLOW = (
+    "{path}: `{key}` ({split} split) holds {count} value(s) beyond float32's range (largest magnitude "
+    "{largest:.3g}; float32 ends near 3.4e38): they become infinite when converted to float32 for "
+    "training. Rescale or standardise the inputs before saving them."
+)
+ARRAY_LABEL_PAST_K = (
+    "{path}: `{key}` ({split} split) holds label {label} (first at index {index}; {count} sample(s) "
+    "outside 0..{last}) but there are K = {num_classes} classes, one per entry of `class_names`. Fix "
+    "the label(s), or add the missing class name(s) to `class_names`."
+)
+ARRAY_LABEL_PAST_OTHERS = (
+    "{path}: `{key}` ({split} split) holds label {label} (first at index {index}; {count} sample(s)) "
+    "while every other label lies in 0..{top}: without `class_names` K is taken as the largest label "
+    "+ 1 = {num_classes}, which leaves class(es) {empty} without training samples. Fix the label "
+    "(class ids are 0..K-1), or store `class_names` (one per class) to set K."
 )

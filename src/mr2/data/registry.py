@@ -1,4 +1,8 @@
-"""The single entry point of the data layer: ``build_datasets(DataConfig) -> DataBundle``.
+"""The single entry point of the data layer: ``build_datasets(DataSection) -> DataBundle``.
+
+:class:`~mr2.config.DataSection` is the run configuration's ``data:`` section itself (one type from
+the YAML file to the loaders); the data layer reads its loading fields and ignores the loader ones
+(``batch_size``, ``num_workers``, ...).
 
 Steps, for every data set:
 
@@ -14,12 +18,13 @@ Steps, for every data set:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mr2.config.schema import DataSection
 from mr2.data import errors
 from mr2.data.arrays import load_arrays
 from mr2.data.cifar import load_cifar, long_tailed_indices
@@ -29,7 +34,7 @@ from mr2.data.fine_grained import FINE_GRAINED, load_fine_grained
 from mr2.data.image_folder import load_image_folder
 from mr2.data.indexed import IndexedDataset
 from mr2.data.sources import InMemoryDataset, SourceSplits
-from mr2.data.splits import stratified_split
+from mr2.data.splits import first_per_class, stratified_split
 from mr2.data.synthetic import make_synthetic
 from mr2.data.transforms import NORMALIZATION, REGIMES, build_transform
 from mr2.data.validation import check_no_empty_classes
@@ -37,47 +42,11 @@ from mr2.data.validation import check_no_empty_classes
 __all__ = [
     "DATASETS",
     "DataBundle",
-    "DataConfig",
     "DatasetEntry",
     "build_datasets",
     "register_dataset",
+    "valid_options",
 ]
-
-@dataclass
-class DataConfig:
-    """What to load and how to split it.
-
-    Attributes:
-        name: a key of :data:`DATASETS` (``fashion_mnist``, ``cifar10``, ``cifar100``,
-            ``imagenet``, ``image_folder``, ``oxford_pets``, ``stanford_cars``, ``flowers102``,
-            ``food101``, ``fgvc_aircraft``, ``arrays``, ``synthetic``).
-        root: where the files are (a directory; for ``arrays`` the ``.npz`` / ``.pt`` file).
-            ``None``: the data set's default (Fashion-MNIST: the Debian location).
-        val_fraction: share of every training class held out for validation, in ``[0, 1)``.
-        seed: seeds the validation split and the long-tailed subsampling.
-        imbalance_factor: ``n_max / n_min`` of an exponentially long-tailed training split
-            (1: keep the training split as it is).
-        augment: augment the training split with the regime's standard augmentation.
-        image_size: side of the model's input images (default: native size; 224 for ImageNet-like).
-        download: allow torchvision to download missing files (only where internet is allowed).
-        extra: per-data-set options: ``regime`` (``arrays`` / ``image_folder``: one of
-            ``mnist``, ``cifar``, ``imagenet``, ``none``), ``mean`` / ``std`` (normalisation),
-            ``mnist_crop`` (Fashion-MNIST: RandomCrop(28, padding=2)), ``annotation_level``
-            (FGVC-Aircraft), and for ``synthetic``: ``num_classes``, ``dim``, ``train_per_class``,
-            ``test_per_class``, ``spreads``, ``separation``, ``data_seed`` (default 0, independent
-            of ``seed``).
-    """
-
-    name: str
-    root: str | None = None
-    val_fraction: float = 0.1
-    seed: int = 0
-    imbalance_factor: float = 1.0
-    augment: bool = True
-    image_size: int | None = None
-    download: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
 
 @dataclass
 class DataBundle:
@@ -120,26 +89,29 @@ class DatasetEntry:
         regime: default transform regime.
         normalization: key of :data:`~mr2.data.transforms.NORMALIZATION` (None: the regime's).
         regime_configurable: whether ``extra["regime"]`` may override ``regime``.
+        options: the ``extra`` keys its loader reads; the transform's keys (``regime``, ``mean``,
+            ``std``, ``mnist_crop``) are added by :func:`valid_options` where they apply.
     """
 
-    load: Callable[[DataConfig], SourceSplits]
+    load: Callable[[DataSection], SourceSplits]
     regime: str
     normalization: str | None = None
     regime_configurable: bool = False
+    options: frozenset[str] = frozenset()
 
 
-def _require_root(config: DataConfig, what: str) -> str:
+def _require_root(config: DataSection, what: str) -> str:
     if config.root is None:
         raise DatasetError(errors.ROOT_REQUIRED.format(name=config.name, what=what))
     return config.root
 
 
-def _fashion_mnist(config: DataConfig) -> SourceSplits:
+def _fashion_mnist(config: DataSection) -> SourceSplits:
     return load_fashion_mnist(config.root, download=config.download).to_sources()
 
 
-def _cifar(num_classes: int) -> Callable[[DataConfig], SourceSplits]:
-    def load(config: DataConfig) -> SourceSplits:
+def _cifar(num_classes: int) -> Callable[[DataSection], SourceSplits]:
+    def load(config: DataSection) -> SourceSplits:
         folder = "cifar-10-batches-py" if num_classes == 10 else "cifar-100-python"
         root = _require_root(config, f"the directory holding {folder}/")
         return load_cifar(root, num_classes, download=config.download).to_sources()
@@ -147,21 +119,21 @@ def _cifar(num_classes: int) -> Callable[[DataConfig], SourceSplits]:
     return load
 
 
-def _image_folder(config: DataConfig) -> SourceSplits:
+def _image_folder(config: DataSection) -> SourceSplits:
     return load_image_folder(_require_root(config, "the directory holding train/ and val/"))
 
 
-def _fine_grained(name: str) -> Callable[[DataConfig], SourceSplits]:
-    def load(config: DataConfig) -> SourceSplits:
+def _fine_grained(name: str) -> Callable[[DataSection], SourceSplits]:
+    def load(config: DataSection) -> SourceSplits:
         root = _require_root(config, f"the directory holding {FINE_GRAINED[name].folder}/")
-        return load_fine_grained(name, root, download=config.download, options=config.extra)
+        return load_fine_grained(name, root, download=config.download, options=config.options)
 
     return load
 
 
-def _arrays(config: DataConfig) -> SourceSplits:
+def _arrays(config: DataSection) -> SourceSplits:
     data = load_arrays(_require_root(config, "the .npz or .pt file"))
-    if config.extra.get("regime", "none") == "none":
+    if config.options.get("regime", "none") == "none":
         data.x_train = data.x_train.to(torch.float32)
         data.x_test = data.x_test.to(torch.float32)
     return data.to_sources()
@@ -177,9 +149,12 @@ _SYNTHETIC_OPTIONS = (
 )
 
 
-def _synthetic(config: DataConfig) -> SourceSplits:
-    options = {key: config.extra[key] for key in _SYNTHETIC_OPTIONS if key in config.extra}
-    data = make_synthetic(**options, seed=int(config.extra.get("data_seed", 0)))
+def _synthetic(config: DataSection) -> SourceSplits:
+    options = {key: config.options[key] for key in _SYNTHETIC_OPTIONS if key in config.options}
+    try:
+        data = make_synthetic(**options, seed=int(config.options.get("data_seed", 0)))
+    except ValueError as error:  # a size below 1 or a wrong number of spreads
+        raise DatasetError(errors.BAD_DATA_OPTION.format(name=config.name, error=error)) from error
     return data.to_sources()
 
 
@@ -190,10 +165,49 @@ DATASETS: dict[str, DatasetEntry] = {
     "cifar100": DatasetEntry(_cifar(100), "cifar", "cifar100"),
     "imagenet": DatasetEntry(_image_folder, "imagenet", "imagenet"),
     "image_folder": DatasetEntry(_image_folder, "imagenet", None, regime_configurable=True),
-    **{name: DatasetEntry(_fine_grained(name), "imagenet", "imagenet") for name in FINE_GRAINED},
+    **{
+        name: DatasetEntry(
+            _fine_grained(name), "imagenet", "imagenet",
+            options=frozenset({"annotation_level"} if name == "fgvc_aircraft" else ()),
+        )
+        for name in FINE_GRAINED
+    },
     "arrays": DatasetEntry(_arrays, "none", None, regime_configurable=True),
-    "synthetic": DatasetEntry(_synthetic, "none"),
+    "synthetic": DatasetEntry(_synthetic, "none", options=frozenset({*_SYNTHETIC_OPTIONS, "data_seed"})),
 }
+
+
+def valid_options(entry: DatasetEntry) -> frozenset[str]:
+    """The ``extra`` keys a data set takes: its loader's, plus the transform's that apply to it.
+
+    ``regime`` where the regime is configurable; ``mean`` / ``std`` where the regime can normalise
+    (not a fixed ``none``); ``mnist_crop`` where the regime can be ``mnist``.
+
+    Example:
+        >>> sorted(valid_options(DATASETS["fashion_mnist"]))
+        ['mean', 'mnist_crop', 'std']
+        >>> sorted(valid_options(DATASETS["synthetic"]))
+        ['data_seed', 'dim', 'num_classes', 'separation', 'spreads', 'test_per_class', 'train_per_class']
+    """
+    names = set(entry.options)
+    if entry.regime_configurable:
+        names.add("regime")
+    if entry.regime_configurable or entry.regime != "none":
+        names |= {"mean", "std"}
+    if entry.regime_configurable or entry.regime == "mnist":
+        names.add("mnist_crop")
+    return frozenset(names)
+
+
+def _check_options(name: str, entry: DatasetEntry, extra: dict[str, Any]) -> None:
+    valid = valid_options(entry)
+    unknown = [key for key in extra if key not in valid]
+    if unknown:
+        raise DatasetError(
+            errors.UNKNOWN_DATA_OPTIONS.format(
+                name=name, keys=", ".join(map(repr, unknown)), valid=", ".join(sorted(valid)) or "none"
+            )
+        )
 
 
 def register_dataset(name: str, entry: DatasetEntry) -> None:
@@ -219,24 +233,24 @@ def _input_shape(
     return tuple(sample.shape)
 
 
-def build_datasets(config: DataConfig) -> DataBundle:
+def build_datasets(config: DataSection) -> DataBundle:
     """Read a data set and return its train / validation / test splits.
 
     Args:
-        config: what to load (see :class:`DataConfig`).
+        config: what to load (see :class:`DataSection`).
 
     Returns:
         The splits and their metadata.
 
     Raises:
-        DatasetError: unknown name, missing root, or missing / corrupt / inconsistent files (the
-            message names the file and the fix).
-        ValueError: ``val_fraction`` outside ``[0, 1)``, ``imbalance_factor < 1`` or an unknown
-            regime.
+        DatasetError: unknown name, an option (``extra`` key) the data set does not take (naming
+            it and the valid ones), an unknown regime, missing root, or missing / corrupt /
+            inconsistent files (the message names the file and the fix).
+        ValueError: ``val_fraction`` outside ``[0, 1)`` or ``imbalance_factor < 1``.
 
     Example:
-        >>> bundle = build_datasets(DataConfig(
-        ...     "synthetic", extra={"num_classes": 3, "dim": 4, "train_per_class": 10}))
+        >>> bundle = build_datasets(DataSection(
+        ...     "synthetic", options={"num_classes": 3, "dim": 4, "train_per_class": 10}))
         >>> len(bundle.train), len(bundle.val), bundle.train_class_counts.tolist()
         (27, 3, [9, 9, 9])
         >>> inputs, target, index = bundle.train[5]
@@ -250,22 +264,29 @@ def build_datasets(config: DataConfig) -> DataBundle:
         )
     if not 0.0 <= config.val_fraction < 1.0:
         raise ValueError(f"val_fraction must lie in [0, 1), got {config.val_fraction}")
-    regime = config.extra.get("regime", entry.regime) if entry.regime_configurable else entry.regime
+    _check_options(config.name, entry, config.options)
+    regime = config.options.get("regime", entry.regime) if entry.regime_configurable else entry.regime
     if regime not in REGIMES:
-        raise ValueError(f"unknown regime {regime!r}; choose one of {REGIMES}")
+        raise DatasetError(
+            errors.UNKNOWN_REGIME.format(regime=regime, name=config.name, choices=", ".join(REGIMES))
+        )
     splits = entry.load(config)
     num_classes = splits.num_classes
 
     pool = torch.arange(splits.train_targets.numel())
+    if config.train_per_class is not None:
+        counts = torch.bincount(splits.train_targets, minlength=num_classes)
+        keep = counts.clamp(max=config.train_per_class)
+        pool = first_per_class(splits.train_targets, keep, config.split_seed)[0]
     if config.imbalance_factor != 1.0:
         pool = long_tailed_indices(
-            splits.train_targets, config.imbalance_factor, config.seed, num_classes
+            splits.train_targets, config.imbalance_factor, config.split_seed, num_classes
         )
         check_no_empty_classes(
             Path(splits.source), splits.train_targets[pool], num_classes, splits.class_names
         )
     train_pos, val_pos = stratified_split(
-        splits.train_targets[pool], config.val_fraction, config.seed, num_classes
+        splits.train_targets[pool], config.val_fraction, config.split_seed, num_classes
     )
     train_indices, val_indices = pool[train_pos], pool[val_pos]
 
@@ -273,9 +294,9 @@ def build_datasets(config: DataConfig) -> DataBundle:
     transform_options: dict[str, Any] = {
         "augment": config.augment,
         "image_size": config.image_size,
-        "mean": config.extra.get("mean", mean),
-        "std": config.extra.get("std", std),
-        "mnist_crop": bool(config.extra.get("mnist_crop", False)),
+        "mean": config.options.get("mean", mean),
+        "std": config.options.get("std", std),
+        "mnist_crop": bool(config.options.get("mnist_crop", False)),
     }
     train_transform = build_transform(regime, train=True, **transform_options)
     eval_transform = build_transform(regime, train=False, **transform_options)

@@ -9,7 +9,7 @@ import torch
 from mr2.data import errors
 from mr2.data.errors import DatasetError
 
-__all__ = ["check_labels", "check_no_empty_classes", "check_same_length"]
+__all__ = ["check_labels", "check_no_empty_classes", "check_same_length", "first_label_at_or_above"]
 
 PathLike = str | os.PathLike[str]
 
@@ -110,3 +110,27 @@ def check_same_length(
             ),
             path=path,
         )
+
+
+def first_label_at_or_above(labels: torch.Tensor, threshold: int) -> tuple[int, int, int] | None:
+    """The first label ``>= threshold``: ``(label, index, how many labels are >= threshold)``.
+
+    Args:
+        labels: int64 class ids, shape [N].
+        threshold: e.g. K (a label past the last class).
+
+    Returns:
+        ``None`` if every label is below ``threshold``.
+
+    Example:
+        >>> first_label_at_or_above(torch.tensor([0, 2, 7, 1, 9]), 3)
+        (7, 2, 2)
+        >>> first_label_at_or_above(torch.tensor([0, 2]), 3) is None
+        True
+    """
+    above = labels >= threshold
+    count = int(above.sum())
+    if count == 0:
+        return None
+    index = int(torch.nonzero(above)[0, 0])
+    return int(labels[index]), index, count

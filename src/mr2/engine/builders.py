@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,36 +44,13 @@ class FeatureDataset(Dataset[tuple[torch.Tensor, int, int]]):
         return self.features[index], int(self.targets[index]), index
 
 
-def _model_config(config: RunConfig) -> Any:
-    from mr2.models.registry import ModelConfig
-
-    return ModelConfig(
-        name=config.model.name,
-        weights=config.model.weights,
-        pretrained=config.model.pretrained,
-        freeze_backbone=False,
-        options=dict(config.model.options),
-        weights_key_prefix=config.model.weights_key_prefix,
-        load_head=config.model.load_head,
-    )
-
-
 def build_data(config: RunConfig, device: torch.device) -> RunData:
     """The run's data sets; for ``regime: linear_probe`` the frozen backbone's cached features."""
-    from mr2.data.registry import DataConfig, build_datasets
+    from mr2.data.registry import build_datasets
+
     data = config.data
     bundle = build_datasets(
-        DataConfig(
-            name=data.name,
-            root=data.root,
-            val_fraction=data.val_fraction,
-            seed=data.split_seed,
-            imbalance_factor=data.imbalance_factor,
-            augment=data.augment and config.regime != "linear_probe",
-            image_size=data.image_size,
-            download=data.download,
-            extra=dict(data.options),
-        )
+        dataclasses.replace(data, augment=data.augment and config.regime != "linear_probe")
     )
     parts = RunData(
         train=bundle.train,
@@ -94,7 +72,7 @@ def _extract_features(config: RunConfig, parts: RunData, device: torch.device) -
     from mr2.models.feature_cache import FeatureCache, FeatureCacheKey, extract_features
     from mr2.models.registry import build_model
 
-    model_config = _model_config(config)
+    model_config = config.model
     backbone = build_model(model_config, parts.num_classes, parts.input_shape).to(device)
     cache = FeatureCache(config.cache_dir or Path(config.output_dir) / ".feature-cache")
     cacheable = model_config.weights is not None or model_config.pretrained
@@ -102,6 +80,7 @@ def _extract_features(config: RunConfig, parts: RunData, device: torch.device) -
     identity = (
         f"{data.name} root={data.root} val_fraction={data.val_fraction} "
         f"split_seed={data.split_seed} imbalance_factor={data.imbalance_factor} "
+        f"train_per_class={data.train_per_class} "
         f"image_size={data.image_size} options={sorted(data.options.items())}"
     )
     splits: dict[str, FeatureDataset | None] = {}
@@ -139,4 +118,4 @@ def build_model_for(config: RunConfig, data: RunData) -> nn.Module:
         return LinearHead(data.input_shape[0], data.num_classes)
     from mr2.models.registry import build_model
 
-    return build_model(_model_config(config), data.num_classes, data.input_shape)
+    return build_model(config.model, data.num_classes, data.input_shape)

@@ -15,7 +15,9 @@ from torch import nn
 from mr2 import distributed
 from mr2.methods.base import TrainingMethod
 from mr2.optim.sam import SAM
-from mr2.report.confusion import confusion_matrix
+from mr2.report.accuracy import confusion_accuracy
+from mr2.report.confusion import LABEL_OUT_OF_RANGE, confusion_matrix
+from mr2.report.exceptions import ReportError
 from mr2.report.margins import logit_margins, per_class_margin_summary
 
 __all__ = ["EpochResult", "EvalResult", "StepSetup", "evaluate", "train_one_epoch"]
@@ -202,13 +204,23 @@ class EvalResult:
 
     def per_class_accuracy(self) -> torch.Tensor:
         """[K] recall; NaN for classes without samples."""
-        support = self.confusion.sum(1).double()
-        return self.confusion.diagonal().double() / support.where(support > 0, torch.nan)
+        return confusion_accuracy(self.confusion)
 
     def margin_summary(self, num_classes: int) -> dict[str, list[float]]:
         """Per-class mean and median logit margin (NaN for classes without samples)."""
         mean, median = per_class_margin_summary(self.margins, self.targets, num_classes)
         return {"mean": mean.tolist(), "median": median.tolist()}
+
+
+def _check_label_range(low: torch.Tensor, high: torch.Tensor, num_classes: int) -> None:
+    """Raise the confusion matrix's out-of-range error from the evaluation's label extremes."""
+    low_value, high_value = (int(v) for v in torch.stack([low, high]).tolist())  # one host sync
+    if low_value < 0 or high_value >= num_classes:
+        raise ReportError(
+            LABEL_OUT_OF_RANGE.format(
+                name="target", num_classes=num_classes, low=low_value, high=high_value
+            )
+        )
 
 
 @torch.no_grad()
@@ -224,10 +236,14 @@ def evaluate(
     """Confusion matrix and logit margins of ``model`` over ``loader``, summed over ranks.
 
     Each rank must see a disjoint shard of the split (see :func:`~mr2.engine.samplers.shard_for_eval`):
-    nothing is padded, so no sample is counted twice.
+    nothing is padded, so no sample is counted twice. The confusion matrix is accumulated on the
+    device without a host sync per batch; the label range is checked once, at the end (the
+    confusion matrix's out-of-range error, with the extremes over the whole evaluation).
     """
     model.eval()
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
+    low = torch.zeros((), dtype=torch.long, device=device)
+    high = torch.zeros((), dtype=torch.long, device=device)
     margins, targets = [], []
     for batch in loader:
         inputs, target = batch[0].to(device), batch[1].to(device)
@@ -239,9 +255,15 @@ def evaluate(
         with ctx:
             logits, _ = model(inputs)
         logits = logits.float()
-        confusion += confusion_matrix(logits, target, num_classes)
-        margins.append(logit_margins(logits, target))
+        if target.numel():
+            low = torch.minimum(low, target.min())
+            high = torch.maximum(high, target.max())
+        # Clamped for the counting only: an out-of-range label is reported after the loop.
+        safe = target.clamp(0, num_classes - 1)
+        confusion += confusion_matrix(logits, safe, num_classes, validate_args=False)
+        margins.append(logit_margins(logits, safe))
         targets.append(target)
+    _check_label_range(low, high, num_classes)
     distributed.all_reduce_sum_(confusion, process_group)
     local_margins = torch.cat(margins) if margins else torch.zeros(0, device=device)
     local_targets = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long, device=device)

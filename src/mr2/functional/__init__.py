@@ -15,6 +15,7 @@ from mr2.functional.baselines import (
 )
 from mr2.functional.class_sums import ClassSums, class_sums
 from mr2.functional.margin_losses import (
+    additive_margin_loss,
     logit_margin_loss,
     pairwise_sq_distances,
     representation_margin_loss,
@@ -24,6 +25,7 @@ from mr2.functional.released import released_class_normalised_mean
 __all__ = [
     "BoundTerms",
     "ClassSums",
+    "additive_margin_loss",
     "cdb_class_weights",
     "class_loss_sums",
     "class_sensitive_bound",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import warnings
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,7 @@ from mr2.checks import MR2InputError, check_features, check_logits, check_target
 from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
 __all__ = [
+    "additive_margin_loss",
     "logit_margin_loss",
     "pairwise_sq_distances",
     "representation_margin_loss",
@@ -18,6 +20,7 @@ __all__ = [
 
 
 TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
+MARGINS_SHAPE = "margins must have shape [num_classes]={expected}; got {shape}."
 BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
 BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
 
@@ -76,6 +79,45 @@ def logit_margin_loss(
     return reduce_loss(per_sample, reduction)
 
 
+def additive_margin_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    margins: torch.Tensor,
+    *,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
+    r"""Additive (LDAM-form) logit margin loss: cross-entropy after subtracting ``Delta_y`` from z_y.
+
+    .. math::
+        \ell_\Delta(x, y) = -\log \mathrm{softmax}(z - \Delta_y e_y)_y
+
+    Only the true class's logit is lowered; the other logits are untouched, so (unlike the
+    temperature of :func:`logit_margin_loss`) the margin does not rescale a class's gradient. With
+    all margins 0 this is exactly cross-entropy.
+
+    Args:
+        logits: [B, K] raw classifier outputs.
+        target: [B] class ids.
+        margins: [K] per-class additive margins ``Delta_k`` (treated as constants).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-sample [B]).
+
+    Example:
+        >>> z = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+        >>> additive_margin_loss(z, torch.tensor([0, 1]), torch.tensor([2.0, 0.0]), reduction="none")
+        tensor([0.6931, 0.3133])
+    """
+    check_logits(logits, target, None)
+    check_target(target, logits.shape[1], logits.shape[0])
+    if margins.shape != (logits.shape[1],):
+        raise MR2InputError(
+            MARGINS_SHAPE.format(expected=logits.shape[1], shape=tuple(margins.shape))
+        )
+    dtype = working_dtype(logits)
+    shift = margins.detach().to(dtype)[target]
+    shifted = logits.to(dtype).scatter_add(1, target.unsqueeze(1), -shift.unsqueeze(1))
+    return reduce_loss(F.cross_entropy(shifted, target, reduction="none"), reduction)
+
+
 def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     r"""Squared Euclidean distances ``||q_i - k_j||^2`` as a [Bq, Bk] matrix.
 
@@ -92,35 +134,98 @@ def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Te
     return (q_sq + k_sq - 2.0 * (queries @ keys.T)).clamp_min(0.0)
 
 
-def _sparse_pair_terms(
-    queries: torch.Tensor,
-    keys: torch.Tensor,
-    same_class: torch.Tensor,
-    margin: torch.Tensor,
-    temperature: float,
+def _csr(
+    crow: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]
 ) -> torch.Tensor:
-    """Per-query ``log(1 + sum_j exp(v_ij))`` over the listed same-class pairs only.
+    """A CSR matrix (its invariants hold by construction: rows sorted, columns in range)."""
+    return torch.sparse_csr_tensor(crow, cols, values, shape, check_invariants=False)
 
-    A segmented log-sum-exp: ``m_i = max(0, max_j v_ij)`` (a constant for the gradient),
-    ``result_i = m_i + log(exp(-m_i) + sum_j exp(v_ij - m_i))``, with ``index_add_`` for the sums.
+
+def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
+    crow = torch.zeros(num_rows + 1, dtype=torch.long, device=rows.device)
+    crow[1:] = torch.bincount(rows, minlength=num_rows).cumsum(0)
+    return crow
+
+
+_CSR_BETA = "Sparse CSR tensor support is in beta"
+
+
+class _SamePairLogSumExp(torch.autograd.Function):
+    """``log(1 + sum_j exp((||q_i - k_j||^2 - m) / T))`` over listed pairs, with an analytic backward.
+
+    The listed entries (row-sorted) are the same-class pairs PLUS each query's own row among the
+    keys (``k_{i + offset} = q_i``). Forward: all their dot products as ONE sampled matrix product
+    (``O(entries * d)``); the own-row entries give ``||q_i||^2``, the others
+    ``||q_i - k_j||^2 = ||q_i||^2 + ||k_j||^2 - 2 q_i . k_j`` (clamped at 0); then a segmented
+    log-sum-exp. Backward, with ``a_ij = g_i p_ij 2 / T`` (``p`` the softmax weight of the pair):
+    ``dL/dq_i = sum_j a_ij (q_i - k_j)`` and ``dL/dk_j = sum_i a_ij (k_j - q_i)``. When the keys are
+    the queries (local pairs, a symmetric pattern) the gradient is ONE sparse-times-dense product
+    with the Laplacian ``diag(A 1 + A^T 1) - (A + A^T)`` on the same pattern: no [pairs, d] and no
+    extra [B, d] temporary.
     """
-    query_index, key_index = same_class.nonzero(as_tuple=True)
-    # index_select (backward: index_add_) rather than advanced indexing (backward: a slow
-    # accumulating index_put_ on CPU); the distance of each listed pair directly from its
-    # difference (exact, no cancellation, no clamp needed).
-    if keys is queries:  # one gather (and one gradient scatter) for both ends of every pair
-        ends = queries.index_select(0, torch.cat([query_index, key_index]))
-        diff = ends[: query_index.numel()] - ends[query_index.numel() :]
-    else:
-        diff = queries.index_select(0, query_index) - keys.index_select(0, key_index)
-    sq_dist = (diff * diff).sum(1)
-    values = (sq_dist - margin) / temperature
-    batch = queries.shape[0]
-    shift = values.new_zeros(batch).scatter_reduce(
-        0, query_index, values.detach(), reduce="amax", include_self=True
-    )
-    sums = values.new_zeros(batch).index_add(0, query_index, (values - shift[query_index]).exp())
-    return shift + torch.log(torch.exp(-shift) + sums)
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        query_index: torch.Tensor,
+        key_index: torch.Tensor,
+        self_offset: int,
+        margin: torch.Tensor,
+        temperature: float,
+    ) -> torch.Tensor:
+        batch, pool = queries.shape[0], keys.shape[0]
+        crow = _crow(query_index, batch)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_CSR_BETA)
+            pattern = _csr(crow, key_index, queries.new_zeros(key_index.numel()), (batch, pool))
+            dots = torch.sparse.sampled_addmm(pattern, queries, keys.T, beta=0.0).values()
+        is_own = key_index == query_index + self_offset
+        own = is_own.nonzero().squeeze(1)  # exactly one own entry per row, in row order
+        pair = (~is_own).nonzero().squeeze(1)
+        q_sq = dots.index_select(0, own)
+        same = keys is queries
+        k_sq = q_sq if same else torch.linalg.vector_norm(keys, dim=1).square()
+        pair_q, pair_k = query_index.index_select(0, pair), key_index.index_select(0, pair)
+        sq_dist = (q_sq[pair_q] + k_sq[pair_k] - 2.0 * dots.index_select(0, pair)).clamp_min(0.0)
+        values = (sq_dist - margin) / temperature
+        shift = values.new_zeros(batch).scatter_reduce(
+            0, pair_q, values, reduce="amax", include_self=True
+        )
+        weights = (values - shift[pair_q]).exp()
+        denominator = torch.exp(-shift).index_add_(0, pair_q, weights)
+        weights.div_(denominator[pair_q])
+        ctx.save_for_backward(queries, keys, crow, key_index, own, pair, pair_q, pair_k, weights)
+        ctx.temperature = temperature
+        ctx.same = same
+        return shift + torch.log(denominator)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        queries, keys, crow, key_index, own, pair, pair_q, pair_k, weights = ctx.saved_tensors
+        batch, pool = queries.shape[0], keys.shape[0]
+        a = grad[pair_q] * weights * (2.0 / ctx.temperature)
+        row_sum = a.new_zeros(batch).index_add_(0, pair_q, a)
+        # A^T: the pairs ordered by (key, query).
+        order = torch.argsort(pair_k * batch + pair_q)
+        nones = (None,) * 5
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_CSR_BETA)
+            if ctx.same:
+                # Symmetric pattern: A^T has A's pattern with the values a[order].
+                values = a.new_empty(key_index.numel())
+                values.index_copy_(0, pair, -(a + a[order]))
+                values.index_copy_(0, own, row_sum + a.new_zeros(batch).index_add_(0, pair_k, a))
+                laplacian = _csr(crow, key_index, values, (batch, batch))
+                return (laplacian @ queries, None, *nones)
+            forward_a = _csr(_crow(pair_q, batch), pair_k, a, (batch, pool))
+            backward_a = _csr(_crow(pair_k[order], pool), pair_q[order], a[order], (pool, batch))
+            col_sum = a.new_zeros(pool).index_add_(0, pair_k, a)
+            grad_q = queries * row_sum.unsqueeze(1) - forward_a @ keys
+            grad_k = keys * col_sum.unsqueeze(1) - backward_a @ queries
+        return (grad_q, grad_k, *nones)
 
 
 def representation_margin_loss(
@@ -159,11 +264,15 @@ def representation_margin_loss(
         partner_target: [P] class ids of ``partner_features``.
         self_offset: row of ``features[0]`` inside ``partner_features``.
         pair_mode: ``"dense"`` computes all [B, P] distances with one matrix product and masks
-            them (no host sync; best on accelerators and when classes are few);
-            ``"sparse"`` lists the same-class pairs and computes only their distances (O(pairs * d)
-            instead of O(B * P * d): much faster with many classes, but the pair count is read on
-            the host); ``"auto"`` (default) takes ``"sparse"`` for CPU tensors when under a quarter
-            of the [B, P] entries are same-class pairs, else ``"dense"``. Both give the same values.
+            them (no host sync; the accelerator path); ``"sparse"`` lists the same-class pairs and computes
+            only their dot products with one sampled matrix product, with an analytic backward of
+            two sparse-times-dense products (``O(pairs * d)`` instead of ``O(B P d)``, no
+            [pairs, d] temporary; the pair count is read on the host; first derivatives only);
+            ``"auto"`` (default) takes ``"sparse"`` for CPU tensors (outside ``torch.compile``)
+            when under 1/16 of the [B, P] entries are same-class pairs (about K > 16 classes in
+            the batch; a sparse product costs far more per entry than a dense one), else
+            ``"dense"``. Both
+            give the same values.
 
     Returns:
         The loss, 0-dim (or [B] with ``reduction="none"``).
@@ -187,16 +296,27 @@ def representation_margin_loss(
     if pair_mode not in ("auto", "dense", "sparse"):
         raise MR2InputError(BAD_PAIR_MODE.format(value=pair_mode))
     margin_t = torch.as_tensor(margin, dtype=dtype, device=queries.device).detach()
-    same_class = target.unsqueeze(1) == key_target.unsqueeze(0)
-    rows = torch.arange(batch, device=queries.device)
-    same_class[rows, rows + self_offset] = False
-    if pair_mode == "sparse" or (
-        pair_mode == "auto"
-        and queries.device.type == "cpu"
-        and 4 * int(same_class.sum()) < same_class.numel()
+    same_class = target.unsqueeze(1) == key_target.unsqueeze(0)  # own rows included here
+    per_sample: torch.Tensor | None = None
+    if batch and (
+        pair_mode == "sparse"
+        or (pair_mode == "auto" and queries.device.type == "cpu" and not torch.compiler.is_compiling())
     ):
-        per_sample = _sparse_pair_terms(queries, keys, same_class, margin_t, temperature)
-    else:
+        query_index, key_index = same_class.nonzero(as_tuple=True)
+        if pair_mode == "sparse" or 16 * (query_index.numel() - batch) < same_class.numel():
+            local = partner_features is None or partner_target is None
+            per_sample = _SamePairLogSumExp.apply(
+                queries,
+                queries if local else keys,
+                query_index,
+                key_index,
+                self_offset,
+                margin_t,
+                temperature,
+            )
+    if per_sample is None:
+        rows = torch.arange(batch, device=queries.device)
+        same_class[rows, rows + self_offset] = False
         logits = (pairwise_sq_distances(queries, keys) - margin_t) / temperature
         logits = logits.masked_fill(~same_class, float("-inf"))
         with_one = torch.cat([logits.new_zeros(batch, 1), logits], dim=1)

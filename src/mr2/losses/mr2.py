@@ -8,15 +8,27 @@ import torch
 from torch import nn
 
 from mr2 import distributed
-from mr2.checks import CheckValues, MR2InputError, check_classification_inputs
+from mr2.checks import (
+    CheckValues,
+    MR2InputError,
+    check_classification_inputs,
+    check_statistics_finite,
+    wants_values,
+)
 from mr2.functional.allocation import margin_allocation
-from mr2.functional.margin_losses import logit_margin_loss, representation_margin_loss
+from mr2.functional.margin_losses import (
+    additive_margin_loss,
+    logit_margin_loss,
+    representation_margin_loss,
+)
 from mr2.functional.released import released_class_normalised_mean
 from mr2.statistics.class_features import ClassFeatureStatistics, Estimator
 
 __all__ = ["VARIANTS", "MR2Loss", "MR2LossParts"]
 
 Allocation = Literal["second_moment", "spread"]
+LogitMargin = Literal["temperature", "additive"]
+MarginNorm = Literal["l2", "statistics"]
 Pairs = Literal["local", "global"]
 RepReduction = Literal["mean", "released"]
 
@@ -31,6 +43,15 @@ BAD_DISTANCE_TEMPERATURE = (
 )
 UNKNOWN_VARIANT = "unknown MR2 variant {name!r}; choose one of: {choices}."
 BAD_WARMUP = "warmup_samples_per_class must be an integer >= 1; got {value!r}."
+BAD_LOGIT_MARGIN = (
+    "logit_margin must be 'temperature' (paper: z / gamma_y) or 'additive' (LDAM form: "
+    "z_y - Delta_y); got {value!r}."
+)
+BAD_MARGIN_SCALE = "margin_scale (m of the additive margin) must be a number >= 0; got {value!r}."
+BAD_MARGIN_NORM = (
+    "distance_margin_norm must be 'l2' (the norm of the pair distances) or 'statistics' (the "
+    "statistics' Lp norm, the released code); got {value!r}."
+)
 
 #: Named configurations. ``"paper"`` is the default of :class:`MR2Loss`; the others are variants
 #: studied by the project (see docs/mr2.md), each labelled as NOT the paper's default.
@@ -44,12 +65,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # least as good as cross-entropy. logit_only is the project's recommended variant.
     "logit_only": {"lambda_rep": 0.0},
     "distance_1d": {"distance_temperature": "1d"},
+    # Corollary 1's allocation as an additive LDAM-style margin on the true logit (z_y - Delta_y)
+    # instead of a temperature: NOT the paper's form (the temperature also divides a class's
+    # gradient by gamma_y; an additive margin does not).
+    "additive_margin": {"logit_margin": "additive"},
     "released": {
         "norm_p": 5.0,
         "estimator": "batch",
         "distance_temperature": "10d",
         "rep_reduction": "released",
         "warmup_samples_per_class": None,
+        "distance_margin_norm": "statistics",
     },
 }
 
@@ -61,7 +87,7 @@ class MR2LossParts(NamedTuple):
         total: 0-dim total loss.
         logit: 0-dim logit margin term.
         representation: 0-dim representation margin term (before multiplying by lambda_rep).
-        temperatures: [K] the gamma used.
+        temperatures: [K] the gamma used (with ``logit_margin="additive"``: the margins Delta).
         margin: 0-dim distance margin ``2 * s_bar``.
     """
 
@@ -127,6 +153,16 @@ class MR2Loss(nn.Module):
         warmup_samples_per_class: temperatures stay 1 until every class has been seen this many
             times (None: never wait; the released code's behaviour).
         min_temperature: lower clamp on gamma (guards a class whose statistics are ~0).
+        logit_margin: ``"temperature"`` (paper: ``-log softmax(z / gamma_y)_y``) or ``"additive"``
+            (variant ``additive_margin``: ``-log softmax(z - Delta_y e_y)_y`` with
+            ``Delta_y = margin_scale * gamma_y / mean(gamma)``, the other logits untouched; 0
+            during warm-up, i.e. plain cross-entropy).
+        margin_scale: ``m``, the additive margin of a class of average allocation (logit units;
+            default 0.5, LDAM's largest margin). Only used with ``logit_margin="additive"``.
+        distance_margin_norm: the norm of the ``s_k`` in the distance margin ``2 s_bar``: ``"l2"``
+            (default; the norm of the pair distances, whatever ``norm_p`` the allocation uses) or
+            ``"statistics"`` (the statistics' Lp norm: the released code's mismatch of an L5
+            spread against L2 distances; used by the ``released`` variant).
         process_group: torch.distributed group (None: default group when initialised).
         check_values: validate target range / finiteness ("auto": CPU tensors only).
 
@@ -157,6 +193,9 @@ class MR2Loss(nn.Module):
         pairs: Pairs = "local",
         warmup_samples_per_class: int | None = 1,
         min_temperature: float = 1e-2,
+        logit_margin: LogitMargin = "temperature",
+        margin_scale: float = 0.5,
+        distance_margin_norm: MarginNorm = "l2",
         process_group: Any = None,
         check_values: CheckValues = "auto",
     ) -> None:
@@ -188,6 +227,19 @@ class MR2Loss(nn.Module):
             or warmup_samples_per_class < 1
         ):
             raise MR2InputError(BAD_WARMUP.format(value=warmup_samples_per_class))
+        if logit_margin not in ("temperature", "additive"):
+            raise MR2InputError(BAD_LOGIT_MARGIN.format(value=logit_margin))
+        if (
+            isinstance(margin_scale, bool)
+            or not isinstance(margin_scale, (int, float))
+            or not margin_scale >= 0
+        ):
+            raise MR2InputError(BAD_MARGIN_SCALE.format(value=margin_scale))
+        if distance_margin_norm not in ("l2", "statistics"):
+            raise MR2InputError(BAD_MARGIN_NORM.format(value=distance_margin_norm))
+        self.logit_margin: LogitMargin = logit_margin
+        self.margin_scale = float(margin_scale)
+        self.distance_margin_norm: MarginNorm = distance_margin_norm
         self.c_bar = float(c_bar)
         self.lambda_rep = float(lambda_rep)
         self.distance_temperature = distance_temperature
@@ -223,13 +275,30 @@ class MR2Loss(nn.Module):
         return (
             f"c_bar={self.c_bar}, lambda_rep={self.lambda_rep}, "
             f"distance_temperature={self.distance_temperature!r}, allocation={self.allocation!r}, "
-            f"rep_reduction={self.rep_reduction!r}, pairs={self.pairs!r}"
+            f"rep_reduction={self.rep_reduction!r}, pairs={self.pairs!r}, "
+            f"logit_margin={self.logit_margin!r}"
         )
 
     def allocation_statistic(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """[K] the statistic the temperatures are allocated from (``a_k`` or ``s_k``)."""
         mean_sq_norm, spread = self.statistics.moments() if moments is None else moments
         return spread if self.allocation == "spread" else mean_sq_norm + spread
+
+    def _ready(self, stat: torch.Tensor) -> torch.Tensor:
+        """0-dim bool: the statistics are ready to allocate margins from (no host sync).
+
+        Every class must have been seen ``warmup_samples_per_class`` times, and, for the
+        ``"spread"`` allocation, at least twice (the spread of a class seen once is 0).
+        """
+        ready = stat.sum() > 0
+        needed = self.warmup_samples_per_class
+        if self.allocation == "spread":
+            needed = max(needed or 0, 2)
+        if needed is not None:
+            ready = ready & (self.statistics.samples_seen >= needed).all()
+        if not self.margins_enabled:
+            ready = torch.zeros_like(ready)
+        return ready
 
     def temperatures(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """[K] the current per-class temperatures gamma (ones during warm-up). No host sync.
@@ -238,16 +307,30 @@ class MR2Loss(nn.Module):
         """
         stat = self.allocation_statistic(moments)
         gamma = margin_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_temperature)
-        ready = stat.sum() > 0
-        if self.warmup_samples_per_class is not None:
-            ready = ready & (self.statistics.samples_seen >= self.warmup_samples_per_class).all()
-        if not self.margins_enabled:
-            ready = torch.zeros_like(ready)
-        return torch.where(ready & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
+        return torch.where(self._ready(stat) & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
+
+    def additive_margins(
+        self, moments: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """[K] ``Delta_k = margin_scale * gamma_k / mean(gamma)`` (zeros during warm-up). No host sync.
+
+        ``gamma / mean(gamma) = K a_k^(1/3) / sum_j a_j^(1/3)`` does not depend on ``c_bar``.
+        """
+        gamma = self.temperatures(moments)
+        ready = self._ready(self.allocation_statistic(moments))
+        delta = self.margin_scale * gamma / gamma.mean()
+        return torch.where(ready, delta, torch.zeros_like(delta))
 
     def distance_margin(self, spread: torch.Tensor | None = None) -> torch.Tensor:
-        """0-dim ``2 * s_bar`` (``spread``: the [K] ``s_k`` if already computed this step)."""
-        return 2.0 * self.statistics.mean_spread(spread)
+        """0-dim ``2 * s_bar``.
+
+        ``spread``: the [K] ``s_k`` of ``statistics.moments()`` if already computed this step (used
+        when it is in the norm of the margin, see ``distance_margin_norm``).
+        """
+        stats = self.statistics
+        if self.distance_margin_norm == "l2" and stats.norm_p != 2.0:
+            spread = stats.spread_l2()
+        return 2.0 * stats.mean_spread(spread)
 
     def _temperature_value(self, feature_dim: int) -> float:
         factor = self._temperature_factor
@@ -261,8 +344,12 @@ class MR2Loss(nn.Module):
         margin = self.distance_margin() if margin is None else margin
         partners: dict[str, Any] = {}
         if self.pairs == "global" and distributed.is_distributed(self.process_group):
-            partner_features, offset = distributed.all_gather_with_grad(features, self.process_group)
-            partner_target, _ = distributed.all_gather_variable(target, self.process_group)
+            # The ranks' batch sizes once per step, for both gathers.
+            sizes = distributed.gather_sizes(features.shape[0], features.device, self.process_group)
+            partner_features, offset = distributed.all_gather_with_grad(
+                features, self.process_group, sizes
+            )
+            partner_target, _ = distributed.all_gather_variable(target, self.process_group, sizes)
             partners = {
                 "partner_features": partner_features,
                 "partner_target": partner_target,
@@ -288,12 +375,31 @@ class MR2Loss(nn.Module):
             features: [B, d] penultimate features (the input of the final linear layer).
             target: [B] class ids in ``[0, K)``.
         """
-        check_classification_inputs(logits, features, target, self.num_classes, self.check_values)
-        self.statistics.update(features, target, checked=True)
+        check_classification_inputs(
+            logits, features, target, self.num_classes, self.check_values, finite=False
+        )
+        # The statistics update is computed first and applied only once it is known to keep them
+        # finite; that check and the inputs' finiteness check share ONE host sync (CPU only by
+        # default; on accelerators a non-finite update is skipped without a sync).
+        pending = self.statistics.prepare(features, target)
+        # A NaN/Inf feature makes the update's guard (built from the squared norms) non-finite, so
+        # with a pending update only the logits need their own finiteness pass.
+        inputs = {"logits": logits} if pending is not None else {"logits": logits, "features": features}
+        if wants_values(logits, self.check_values):
+            check_statistics_finite(
+                inputs, None if pending is None else pending.guard, also_count={"features": features}
+            )
+            self.statistics.commit(pending)
+        else:
+            self.statistics.commit(pending, only_if_finite=True)
         moments = self.statistics.moments()
-        gamma = self.temperatures(moments)
         margin = self.distance_margin(moments[1])
-        logit_term = logit_margin_loss(logits, target, gamma)
+        if self.logit_margin == "additive":
+            gamma = self.additive_margins(moments)
+            logit_term = additive_margin_loss(logits, target, gamma)
+        else:
+            gamma = self.temperatures(moments)
+            logit_term = logit_margin_loss(logits, target, gamma)
         if self.lambda_rep > 0:
             rep_term = self.representation_term(features, target, margin)
         else:

@@ -18,8 +18,9 @@ class MR2Method(TrainingMethod):
     """MR2 (:class:`mr2.MR2Loss`) behind the engine's seam.
 
     Options left at None take the value of the chosen ``variant`` (see :data:`mr2.VARIANTS`; the
-    default ``"paper"`` is the paper's form). ``margin_warmup_epochs`` trains the first epochs with
-    temperatures 1 (the statistics are still accumulated).
+    default ``"paper"`` is the paper's form; ``"additive_margin"`` uses the allocation as an additive
+    logit margin of scale ``margin_scale``, not the paper's form). ``margin_warmup_epochs`` trains
+    the first epochs with temperatures 1 (the statistics are still accumulated).
     """
 
     def __init__(
@@ -38,6 +39,9 @@ class MR2Method(TrainingMethod):
         rep_reduction: str | None = None,
         pairs: str | None = None,
         warmup_samples_per_class: int | None = None,
+        logit_margin: str | None = None,
+        margin_scale: float | None = None,
+        distance_margin_norm: str | None = None,
         margin_warmup_epochs: int = 0,
     ) -> None:
         super().__init__()
@@ -53,6 +57,9 @@ class MR2Method(TrainingMethod):
             "rep_reduction": rep_reduction,
             "pairs": pairs,
             "warmup_samples_per_class": warmup_samples_per_class,
+            "logit_margin": logit_margin,
+            "margin_scale": margin_scale,
+            "distance_margin_norm": distance_margin_norm,
         }
         overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         self.variant = variant

@@ -10,7 +10,7 @@ from mr2.models.feature_cache import (
 from mr2.models.feature_capture import ClassifierWithFeatures, find_classifier
 from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
-from mr2.models.registry import MODEL_NAMES, ModelConfig, build_model, feature_dim_of
+from mr2.models.registry import MODEL_NAMES, build_model, feature_dim_of
 from mr2.models.resnet_cifar import ResNetCifar, WideResNet, resnet32, wrn28_10
 from mr2.models.small_cnn import SmallCNN
 from mr2.models.weights import WeightsMismatchError, load_state_dict_file
@@ -24,7 +24,6 @@ __all__ = [
     "FeatureCache",
     "FeatureCacheKey",
     "LinearHead",
-    "ModelConfig",
     "ResNetCifar",
     "SmallCNN",
     "WeightsMismatchError",

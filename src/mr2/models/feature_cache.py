@@ -36,7 +36,7 @@ from mr2.io import atomic_save_torch
 from mr2.models.classifier import BackboneClassifier
 
 if TYPE_CHECKING:
-    from mr2.models.registry import ModelConfig
+    from mr2.config import ModelSection
 
 __all__ = [
     "CorruptFeatureCacheWarning",
@@ -186,7 +186,7 @@ class FeatureCacheKey:
     @classmethod
     def for_model(
         cls,
-        config: ModelConfig,
+        config: ModelSection,
         *,
         dataset: str,
         split: str,

@@ -1,23 +1,25 @@
-"""Build any model of mr2 from a typed config: ``build_model(ModelConfig(...), num_classes, input_shape)``."""
+"""Build any model of mr2 from the ``model:`` section: ``build_model(ModelSection(...), K, shape)``."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
+from mr2.config.schema import ModelSection
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
-from mr2.models.resnet_cifar import resnet32, wrn28_10
+from mr2.models.resnet_cifar import ResNetCifar, WideResNet, resnet32, wrn28_10
 from mr2.models.small_cnn import SmallCNN
 from mr2.models.timm_models import build_timm_model
 from mr2.models.torchvision_models import build_torchvision_model
-from mr2.models.weights import WEIGHTS_AND_PRETRAINED, load_state_dict_file
+from mr2.models.weights import WEIGHTS_AND_PRETRAINED, WeightsFileError, load_state_dict_file
 
-__all__ = ["MODEL_NAMES", "ModelConfig", "build_model", "feature_dim_of"]
+__all__ = ["MODEL_NAMES", "ModelConfigError", "build_model", "feature_dim_of", "model_options"]
 
 TIMM_PREFIX = "timm:"
 TORCHVISION_PREFIX = "torchvision:"
@@ -30,43 +32,37 @@ UNKNOWN_MODEL = (
 )
 BAD_INPUT_SHAPE = "model {name!r} expects input_shape {expected}, got {shape}"
 NO_HUB_WEIGHTS = "model {name!r} has no downloadable pretrained weights; pass weights=<local file> instead"
+UNKNOWN_OPTIONS = (
+    "model {name!r} has no option(s) {keys}; its options are: {valid}. Fix or remove them in "
+    "`model.options`"
+)
+LIBRARY_REFUSED_OPTION = (
+    "model {name!r} does not take the option {key!r} ({library} refused it: {error}); fix or remove it "
+    "in `model.options` (see {library}'s documentation of the model for its keyword arguments)"
+)
+MODEL_REFUSED = "model {name!r} cannot be built from this config: {error}"
 NO_FEATURE_DIM = (
     "cannot tell the feature dimension of {model}: it has no 'feature_dim' attribute and no nn.Linear layer"
 )
 
 
-@dataclass
-class ModelConfig:
-    """Which model to build and where its weights come from.
+class ModelConfigError(ValueError):
+    """The model's config names no known model, options it does not take, or an input it cannot take.
 
-    Attributes:
-        name: ``small_cnn``, ``mlp``, ``resnet32``, ``wrn28_10``, ``resnet50``, ``vit_b_16``,
-            ``linear`` (a head on cached features), ``timm:<name>`` or ``torchvision:<name>``.
-        weights: local weights file (state_dict or checkpoint; read with ``weights_only=True``).
-        pretrained: download the library's weights from the hub (timm / torchvision models only;
-            never implicit).
-        freeze_backbone: train only the head (linear probing on the full model: the backbone is
-            frozen, in eval mode and run without autograd).
-        options: keyword arguments of the model's constructor (``{"shortcut": "B"}`` for
-            resnet32, ``{"dropout": 0.3}`` for wrn28_10, ``{"img_size": 224}`` for timm ViTs, ...).
-        weights_key_prefix: use only the keys of ``weights`` under this prefix, prefix removed
-            (``"encoder_q."`` for a MoCo v2 checkpoint, ``"backbone."``, ...).
-        load_head: also load the classifier from ``weights`` (its shape must match); by default
-            the head is freshly initialised for the task's classes.
+    Example:
+        >>> try:
+        ...     build_model(ModelSection("mlp", options={"dropoutt": 0.3}), 3, (4,))
+        ... except ModelConfigError as error:
+        ...     print(str(error).split(". ")[0])
+        model 'mlp' has no option(s) 'dropoutt'; its options are: hidden_dims, dropout
     """
-
-    name: str
-    weights: str | None = None
-    pretrained: bool = False
-    freeze_backbone: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    weights_key_prefix: str | None = None
-    load_head: bool = False
 
 
 def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
     if len(input_shape) != 3:
-        raise ValueError(BAD_INPUT_SHAPE.format(name=name, expected="(C, H, W)", shape=tuple(input_shape)))
+        raise ModelConfigError(
+            BAD_INPUT_SHAPE.format(name=name, expected="(C, H, W)", shape=tuple(input_shape))
+        )
     channels, height, width = (int(n) for n in input_shape)
     return channels, height, width
 
@@ -92,7 +88,9 @@ def _wrn28_10(num_classes: int, input_shape: Sequence[int], options: dict[str, A
 
 def _linear(num_classes: int, input_shape: Sequence[int], options: dict[str, Any]) -> nn.Module:
     if len(input_shape) != 1:
-        raise ValueError(BAD_INPUT_SHAPE.format(name="linear", expected="(d,)", shape=tuple(input_shape)))
+        raise ModelConfigError(
+            BAD_INPUT_SHAPE.format(name="linear", expected="(d,)", shape=tuple(input_shape))
+        )
     return LinearHead(int(input_shape[0]), num_classes, **options)
 
 
@@ -103,10 +101,74 @@ _OWN_BUILDERS: dict[str, Callable[[int, Sequence[int], dict[str, Any]], nn.Modul
     "wrn28_10": _wrn28_10,
     "linear": _linear,
 }
+#: mr2's own models: the class whose constructor takes ``model.options``, and the parameters of it
+#: the builders above fill in themselves (from K and the input shape, or fixed by the name).
+_OWN_CONSTRUCTORS: dict[str, tuple[Callable[..., nn.Module], frozenset[str]]] = {
+    "small_cnn": (SmallCNN, frozenset({"num_classes", "in_channels", "image_size"})),
+    "mlp": (MLP, frozenset({"num_classes", "input_shape"})),
+    "resnet32": (ResNetCifar, frozenset({"num_classes", "depth", "in_channels"})),
+    "wrn28_10": (WideResNet, frozenset({"num_classes", "depth", "widen_factor", "in_channels"})),
+    "linear": (LinearHead, frozenset({"feature_dim", "num_classes"})),
+}
 _TORCHVISION_NAMES = ("resnet50", "vit_b_16")
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
-def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, ...]) -> BackboneClassifier:
+def model_options(name: str) -> tuple[str, ...]:
+    """The keys ``model.options`` may hold for one of mr2's own models, in constructor order.
+
+    Raises:
+        ModelConfigError: if ``name`` is not one of mr2's own models (timm / torchvision models
+            take their library's keyword arguments).
+
+    Example:
+        >>> model_options("resnet32")
+        ('shortcut', 'base_width')
+        >>> model_options("linear")
+        ()
+    """
+    if name not in _OWN_CONSTRUCTORS:
+        raise ModelConfigError(UNKNOWN_MODEL.format(name=name, names=", ".join(_OWN_CONSTRUCTORS)))
+    constructor, filled = _OWN_CONSTRUCTORS[name]
+    parameters = inspect.signature(constructor).parameters.values()
+    return tuple(
+        p.name
+        for p in parameters
+        if p.name not in filled and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+
+
+def _check_own_options(name: str, options: dict[str, Any]) -> None:
+    valid = model_options(name)
+    unknown = [key for key in options if key not in valid]
+    if unknown:
+        raise ModelConfigError(
+            UNKNOWN_OPTIONS.format(
+                name=name, keys=", ".join(map(repr, unknown)), valid=", ".join(valid) or "none"
+            )
+        )
+
+
+def _build_library_model(
+    library: str, name: str, options: dict[str, Any], build: Callable[[], BackboneClassifier]
+) -> BackboneClassifier:
+    """Call a timm / torchvision builder; turn what a bad config makes it raise into ModelConfigError."""
+    try:
+        return build()
+    except TypeError as error:
+        match = _UNEXPECTED_KEYWORD.search(str(error))
+        if match is None or match.group(1) not in options:
+            raise
+        raise ModelConfigError(
+            LIBRARY_REFUSED_OPTION.format(name=name, key=match.group(1), library=library, error=error)
+        ) from error
+    except (ModelConfigError, WeightsFileError):
+        raise
+    except ValueError as error:
+        raise ModelConfigError(MODEL_REFUSED.format(name=name, error=error)) from error
+
+
+def build_model(config: ModelSection, num_classes: int, input_shape: tuple[int, ...]) -> BackboneClassifier:
     """Build the model named by ``config``; its ``forward(x)`` returns ``(logits, features)``.
 
     Args:
@@ -119,55 +181,73 @@ def build_model(config: ModelConfig, num_classes: int, input_shape: tuple[int, .
         ``backbone``, ``classifier`` (the final ``nn.Linear``) and ``forward_features``.
 
     Raises:
-        ValueError: unknown name (listing the valid ones), an input shape the model cannot take,
-            or both ``weights`` and ``pretrained``.
+        ModelConfigError: (a ``ValueError``) unknown name (listing the valid ones), an option the
+            model does not take (naming it and the valid ones), an input shape or option value the
+            model cannot take, or both ``weights`` and ``pretrained``.
+        mr2.models.weights.WeightsFileError: a missing, unreadable or refused weights file.
         mr2.models.weights.WeightsMismatchError: weights that do not fit, naming the keys.
 
     Example:
-        >>> model = build_model(ModelConfig("resnet32"), num_classes=100, input_shape=(3, 32, 32))
+        >>> model = build_model(ModelSection("resnet32"), num_classes=100, input_shape=(3, 32, 32))
         >>> model.feature_dim, model.num_classes
         (64, 100)
-        >>> build_model(ModelConfig("linear"), num_classes=10, input_shape=(640,)).classifier
+        >>> build_model(ModelSection("linear"), num_classes=10, input_shape=(640,)).classifier
         Linear(in_features=640, out_features=10, bias=True)
     """
     name = config.name
     options = dict(config.options)
     if config.weights is not None and config.pretrained:
-        raise ValueError(WEIGHTS_AND_PRETRAINED)
+        raise ModelConfigError(WEIGHTS_AND_PRETRAINED)
     model: BackboneClassifier
     if name in _OWN_BUILDERS:
         if config.pretrained:
-            raise ValueError(NO_HUB_WEIGHTS.format(name=name))
-        built = _OWN_BUILDERS[name](num_classes, input_shape, options)
+            raise ModelConfigError(NO_HUB_WEIGHTS.format(name=name))
+        _check_own_options(name, options)
+        try:
+            built = _OWN_BUILDERS[name](num_classes, input_shape, options)
+        except ModelConfigError:
+            raise
+        except ValueError as error:  # an option value the constructor refuses (depth, shortcut, ...)
+            raise ModelConfigError(MODEL_REFUSED.format(name=name, error=error)) from error
         assert isinstance(built, BackboneClassifier)
         model = built
         if config.weights is not None:
             state_dict = load_state_dict_file(config.weights, key_prefix=config.weights_key_prefix)
             model.load_weights(state_dict, load_head=config.load_head, source=config.weights)
     elif name in _TORCHVISION_NAMES or name.startswith(TORCHVISION_PREFIX):
-        model = build_torchvision_model(
-            name.removeprefix(TORCHVISION_PREFIX),
-            num_classes,
-            input_shape,
-            weights=config.weights,
-            pretrained=config.pretrained,
-            load_head=config.load_head,
-            weights_key_prefix=config.weights_key_prefix,
-            **options,
+        model = _build_library_model(
+            "torchvision",
+            name,
+            options,
+            lambda: build_torchvision_model(
+                name.removeprefix(TORCHVISION_PREFIX),
+                num_classes,
+                input_shape,
+                weights=config.weights,
+                pretrained=config.pretrained,
+                load_head=config.load_head,
+                weights_key_prefix=config.weights_key_prefix,
+                **options,
+            ),
         )
     elif name.startswith(TIMM_PREFIX):
-        model = build_timm_model(
-            name.removeprefix(TIMM_PREFIX),
-            num_classes,
-            input_shape,
-            weights=config.weights,
-            pretrained=config.pretrained,
-            load_head=config.load_head,
-            weights_key_prefix=config.weights_key_prefix,
-            **options,
+        model = _build_library_model(
+            "timm",
+            name,
+            options,
+            lambda: build_timm_model(
+                name.removeprefix(TIMM_PREFIX),
+                num_classes,
+                input_shape,
+                weights=config.weights,
+                pretrained=config.pretrained,
+                load_head=config.load_head,
+                weights_key_prefix=config.weights_key_prefix,
+                **options,
+            ),
         )
     else:
-        raise ValueError(UNKNOWN_MODEL.format(name=name, names=", ".join(MODEL_NAMES)))
+        raise ModelConfigError(UNKNOWN_MODEL.format(name=name, names=", ".join(MODEL_NAMES)))
     if config.freeze_backbone:
         model.freeze_backbone()
     return model
@@ -183,7 +263,7 @@ def feature_dim_of(model: nn.Module) -> int:
         ValueError: if neither exists.
 
     Example:
-        >>> feature_dim_of(build_model(ModelConfig("small_cnn"), 10, (1, 28, 28)))
+        >>> feature_dim_of(build_model(ModelSection("small_cnn"), 10, (1, 28, 28)))
         256
         >>> feature_dim_of(nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 3)))
         5

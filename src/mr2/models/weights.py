@@ -12,6 +12,9 @@ loaded.
 from __future__ import annotations
 
 import os
+import pickle
+import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ import torch
 from torch import nn
 
 __all__ = [
+    "WeightsFileError",
+    "WeightsFileNotFoundError",
     "WeightsMismatchError",
     "check_state_dict",
     "load_state_dict_file",
@@ -27,7 +32,19 @@ __all__ = [
     "strip_wrapper_prefixes",
 ]
 
-WEIGHTS_NOT_FOUND = "weights file not found: {path}"
+WEIGHTS_NOT_FOUND = (
+    "weights file not found: {path}. Fix `model.weights` (an absolute path, or one relative to the "
+    "directory mr2 runs in)"
+)
+WEIGHTS_REFUSED = (
+    "{path}: refusing to load the weights file: it holds a Python object that is not a tensor or a "
+    "plain container ({reason}), and unpickling it could run code (torch.load weights_only=True). "
+    "Re-save only the tensors (torch.save(model.state_dict(), path)) or convert the file to .safetensors"
+)
+WEIGHTS_UNREADABLE = (
+    "{path}: cannot read the weights file ({reason}). It is truncated or not a torch.save / "
+    ".safetensors file; re-download or re-export it"
+)
 WEIGHTS_AND_PRETRAINED = (
     "give either weights=<local file> or pretrained=True (download from the hub), not both"
 )
@@ -49,6 +66,14 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 #: Entries of a training checkpoint that hold the model's state_dict, in order of preference.
 CHECKPOINT_ENTRIES = ("state_dict", "model")
 _SHOWN_KEYS = 10
+
+
+class WeightsFileError(ValueError):
+    """A weights file cannot be read: unreadable, or a pickle ``weights_only=True`` refuses."""
+
+
+class WeightsFileNotFoundError(WeightsFileError, FileNotFoundError):
+    """A weights file does not exist (also a ``FileNotFoundError``)."""
 
 
 class WeightsMismatchError(RuntimeError):
@@ -99,14 +124,38 @@ def select_prefix(
     return selected
 
 
+_BLOCKED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+_UNPICKLER_DETAIL = re.compile(r"WeightsUnpickler error:\s*([^\n]+)")
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def _read(path: Path) -> Any:
     if path.suffix == ".safetensors":
         try:
+            from safetensors import SafetensorError
             from safetensors.torch import load_file
         except ImportError as error:  # pragma: no cover - safetensors ships with timm
             raise ImportError(SAFETENSORS_MISSING.format(path=path)) from error
-        return load_file(str(path), device="cpu")
-    return torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError) as error:
+            raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        blocked = _BLOCKED_GLOBAL.search(str(error))
+        if blocked is not None:  # a valid pickle that names a class or function: refused
+            reason = f"{blocked.group(1)} is not allowed"
+            raise WeightsFileError(WEIGHTS_REFUSED.format(path=path, reason=reason)) from error
+        detail = _UNPICKLER_DETAIL.search(str(error))  # not a pickle at all
+        reason = f"UnpicklingError: {detail.group(1)}" if detail else _one_line(error)
+        raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=reason)) from error
+    except (RuntimeError, OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
 
 
 def _is_state_dict(obj: Any) -> bool:
@@ -132,13 +181,15 @@ def load_state_dict_file(
         The flat ``{name: tensor}`` state_dict, on the CPU.
 
     Raises:
-        FileNotFoundError: if ``path`` does not exist.
+        WeightsFileNotFoundError: (a ``FileNotFoundError``) if ``path`` does not exist.
+        WeightsFileError: if the file cannot be read, or holds Python objects that
+            ``weights_only=True`` refuses to unpickle (no code runs).
         WeightsMismatchError: if the file holds no state_dict, or no key starts with
             ``key_prefix``.
     """
     file = Path(path)
     if not file.is_file():
-        raise FileNotFoundError(WEIGHTS_NOT_FOUND.format(path=file))
+        raise WeightsFileNotFoundError(WEIGHTS_NOT_FOUND.format(path=file))
     obj = _read(file)
     if not _is_state_dict(obj) and isinstance(obj, Mapping):
         for entry in CHECKPOINT_ENTRIES:

@@ -4,44 +4,55 @@ Everything is derived from K x K confusion matrices (rows: true class), so it sc
 to distributed evaluation. The vocabulary follows fairlearn's ``MetricFrame``: ``overall``,
 ``by_class``, ``group_min()``, ``group_max()``, ``difference()``, ``ratio()``, ``to_dict()``.
 
-Modules:
+Modules (maths, then aggregation, then reading and rendering):
+    accuracy: NaN-safe per-class accuracy (numpy and torch), shared with the engine.
     confusion: confusion matrix from predictions; distributed-safe :class:`ConfusionMatrix`.
-    disparity: :class:`DisparityReport` of one run.
+    validation: checks of a confusion matrix given by a caller or a file.
+    summary: every scalar disparity metric from per-class counts, batched.
     tiers: easy / medium / hard tiers ranked by a reference run.
     bootstrap: bootstrap confidence intervals over test samples.
-    comparison: methods x seeds table, paired t-test, per-class sign test.
+    disparity: :class:`DisparityReport` of one run.
+    statistics: mean ± std over seeds, paired t-test, sign test, Spearman (scipy.stats wrappers).
+    comparison: the methods x seeds comparison (aggregation).
     diagnostics: per-class statistics (gamma_k, s_k, a_k, margins) against accuracy.
     margins: logit margins per sample and per class.
     run_dir: reading and validating run directories.
-    writer: the report directory written by ``mr2 report``.
+    predictions: reading predictions files (.npz, .pt, .csv) of any classifier.
+    tables: the report's tables, rendered as markdown and CSV.
+    markdown, html: the report.md and report.html pages.
     plots: matplotlib figures (imported on demand: ``from mr2.report import plots``).
+    settings, writer: the options of a report and the report directory written by ``mr2 report``.
+    serialization: strict JSON (NaN as null).
 """
 
 from __future__ import annotations
 
+from mr2.report.accuracy import confusion_accuracy, per_class_accuracy
 from mr2.report.bootstrap import ConfidenceInterval, bootstrap_confusion, resample_class_counts
-from mr2.report.comparison import (
-    Comparison,
-    MethodSummary,
+from mr2.report.comparison import Comparison, MethodSummary, compare_runs
+from mr2.report.confusion import ConfusionMatrix, confusion_matrix
+from mr2.report.diagnostics import ClassDiagnostics, TrainingEvolution, training_evolution
+from mr2.report.disparity import DisparityReport
+from mr2.report.exceptions import (
+    MissingClassWarning,
+    PredictionsError,
+    ReportError,
+    RunDirectoryError,
+)
+from mr2.report.margins import logit_margins, per_class_margin_summary
+from mr2.report.predictions import load_predictions
+from mr2.report.run_dir import RunRecord, load_run, load_runs
+from mr2.report.settings import ReportSettings
+from mr2.report.statistics import (
     PairedTest,
+    RankCorrelation,
     SignTest,
-    compare_runs,
     mean_std,
     paired_t_test,
     sign_test,
-)
-from mr2.report.confusion import ConfusionMatrix, confusion_matrix
-from mr2.report.diagnostics import (
-    ClassDiagnostics,
-    RankCorrelation,
-    TrainingEvolution,
     spearman,
-    training_evolution,
 )
-from mr2.report.disparity import DisparityReport, class_summary, per_class_accuracy
-from mr2.report.exceptions import MissingClassWarning, ReportError, RunDirectoryError
-from mr2.report.margins import logit_margins, per_class_margin_summary
-from mr2.report.run_dir import RunRecord, load_run, load_runs
+from mr2.report.summary import class_summary
 from mr2.report.tiers import TierSplit, assign_tiers
 from mr2.report.writer import ReportOutput, write_report
 
@@ -54,9 +65,11 @@ __all__ = [
     "MethodSummary",
     "MissingClassWarning",
     "PairedTest",
+    "PredictionsError",
     "RankCorrelation",
     "ReportError",
     "ReportOutput",
+    "ReportSettings",
     "RunDirectoryError",
     "RunRecord",
     "SignTest",
@@ -66,7 +79,9 @@ __all__ = [
     "bootstrap_confusion",
     "class_summary",
     "compare_runs",
+    "confusion_accuracy",
     "confusion_matrix",
+    "load_predictions",
     "load_run",
     "load_runs",
     "logit_margins",

@@ -27,9 +27,11 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from mr2.report.disparity import class_summary, json_safe, validate_confusion
 from mr2.report.exceptions import ReportError
+from mr2.report.serialization import json_safe
+from mr2.report.summary import class_summary
 from mr2.report.tiers import TierSplit
+from mr2.report.validation import validate_confusion
 
 __all__ = ["ConfidenceInterval", "bootstrap_confusion", "resample_class_counts"]
 

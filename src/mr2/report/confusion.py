@@ -57,8 +57,14 @@ def _check_num_classes(num_classes: int) -> None:
         raise ReportError(NUM_CLASSES_INVALID.format(value=num_classes))
 
 
-def _as_labels(preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Validate ``preds``/``target`` and return predicted class ids of shape [N]."""
+def _as_labels(
+    preds: torch.Tensor, target: torch.Tensor, num_classes: int, validate_args: bool = True
+) -> torch.Tensor:
+    """Validate ``preds``/``target`` and return predicted class ids of shape [N].
+
+    Shapes and dtypes are always checked (free); the label range (a host sync) only with
+    ``validate_args``.
+    """
     if preds.dim() == 2 and target.dim() == 1 and preds.shape[0] == target.shape[0]:
         if preds.shape[1] != num_classes:
             raise ReportError(
@@ -72,7 +78,7 @@ def _as_labels(preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> t
     for name, labels in (("preds", preds), ("target", target)):
         if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
             raise ReportError(NOT_INTEGER_LABELS.format(name=name, dtype=labels.dtype))
-        if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+        if validate_args and labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
             raise ReportError(
                 LABEL_OUT_OF_RANGE.format(
                     name=name,
@@ -90,10 +96,13 @@ def confusion_matrix(
     num_classes: int,
     *,
     valid: torch.Tensor | None = None,
+    validate_args: bool = True,
 ) -> torch.Tensor:
     """Confusion matrix of predictions, ``C[i, j] = #{n : target[n] = i, pred[n] = j, valid[n]}``.
 
-    Computed as ``bincount(target * K + pred, minlength=K * K).view(K, K)``.
+    Computed as one ``index_add_`` of ones at ``target * K + pred`` into a [K * K] zero vector (the
+    counts of ``bincount(target * K + pred, minlength=K * K)``, but with a fixed output size, so
+    no host sync on any device).
 
     Args:
         preds: predicted class ids, shape [N] (integer), or logits, shape [N, K] (argmax is taken).
@@ -101,6 +110,10 @@ def confusion_matrix(
         num_classes: K.
         valid: optional boolean mask, shape [N]; samples where it is False are not counted
             (the padding of a DistributedSampler, for instance).
+        validate_args: check that the labels lie in ``[0, K)`` (reads them on the host, one sync
+            per call). ``False`` skips it, like torchmetrics' ``validate_args``: for a caller
+            that checks the range once per evaluation (out-of-range ids then raise an indexing
+            error on CPU and a device-side assert on accelerators).
 
     Returns:
         int64 tensor of shape [K, K] on the device of ``target``.
@@ -115,15 +128,17 @@ def confusion_matrix(
                 [0, 1, 1]])
     """
     _check_num_classes(num_classes)
-    labels = _as_labels(preds, target, num_classes).to(target.device)
+    labels = _as_labels(preds, target, num_classes, validate_args).to(target.device)
     index = target.long() * num_classes + labels.long()
+    ones = torch.ones_like(index)
     if valid is not None:
         if valid.shape != target.shape or valid.dtype != torch.bool:
             raise ReportError(
                 VALID_SHAPE_MISMATCH.format(expected=tuple(target.shape), actual=tuple(valid.shape))
             )
-        index = index[valid.to(index.device)]
-    counts = torch.bincount(index, minlength=num_classes * num_classes)
+        ones = valid.to(index.device).long()  # masked samples add 0 (no boolean indexing: no sync)
+    counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=index.device)
+    counts.index_add_(0, index, ones)
     return counts.view(num_classes, num_classes)
 
 

@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from mr2.report.disparity import json_safe, per_class_accuracy
+from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError
 from mr2.report.run_dir import RunRecord
+from mr2.report.serialization import json_safe
+from mr2.report.statistics import RankCorrelation, spearman
 from mr2.report.tiers import TierSplit
 
 __all__ = [
@@ -50,61 +52,7 @@ CLASS_STATISTICS: tuple[tuple[str, str], ...] = (
 #: Per-class series a metrics.jsonl record may hold.
 _EVOLVING = ("temperatures", "spread", "mean_sq_norm")
 
-LENGTH_MISMATCH = "x and y must have the same shape [K], got {x} and {y}"
 STATISTIC_LENGTH = "statistic {name!r} has {actual} values for {expected} classes"
-
-
-@dataclass(frozen=True)
-class RankCorrelation:
-    """Spearman rank correlation with its two-sided p-value.
-
-    Attributes:
-        rho: Spearman's rho (NaN when fewer than 3 pairs or a constant input).
-        pvalue: two-sided p-value of rho = 0 (t-distribution with n - 2 degrees of freedom).
-        n: pairs used (classes where both values are defined).
-    """
-
-    rho: float
-    pvalue: float
-    n: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dictionary (NaN as null)."""
-        return dict(json_safe({"rho": self.rho, "pvalue": self.pvalue, "n": self.n}))
-
-
-def spearman(x: ArrayLike, y: ArrayLike) -> RankCorrelation:
-    """Spearman rank correlation of ``x`` and ``y`` over the pairs where both are not NaN.
-
-    ``rho`` is Pearson's correlation of the average ranks (ties get their mean rank);
-    ``t = rho * sqrt((n - 2) / (1 - rho^2))`` and ``p = 2 * P(T_{n-2} > |t|)``. Unlike
-    ``scipy.stats.spearmanr`` it returns NaN instead of warning on a constant input.
-
-    Example:
-        >>> r = spearman([1.0, 2.0, 3.0, 4.0], [0.1, 0.4, 0.3, 0.9])
-        >>> round(r.rho, 3), r.n
-        (0.8, 4)
-    """
-    from scipy import stats
-
-    a = np.asarray(x, dtype=np.float64)
-    b = np.asarray(y, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ReportError(LENGTH_MISMATCH.format(x=a.shape, y=b.shape))
-    keep = ~np.isnan(a) & ~np.isnan(b)
-    n = int(keep.sum())
-    if n < 3:
-        return RankCorrelation(math.nan, math.nan, n)
-    ra = stats.rankdata(a[keep]) - (n + 1) / 2.0
-    rb = stats.rankdata(b[keep]) - (n + 1) / 2.0
-    denominator = math.sqrt(float((ra**2).sum()) * float((rb**2).sum()))
-    if denominator == 0.0:
-        return RankCorrelation(math.nan, math.nan, n)
-    rho = float(np.clip((ra * rb).sum() / denominator, -1.0, 1.0))
-    if abs(rho) >= 1.0:
-        return RankCorrelation(rho, 0.0, n)
-    t = rho * math.sqrt((n - 2) / (1.0 - rho**2))
-    return RankCorrelation(rho, float(2.0 * stats.t.sf(abs(t), n - 2)), n)
 
 
 @dataclass
@@ -146,7 +94,7 @@ class ClassDiagnostics:
         support = run.support
         return cls(
             run_name=run.name,
-            accuracy=per_class_accuracy(np.diagonal(run.confusion), support),
+            accuracy=confusion_accuracy(run.confusion),
             support=support,
             statistics=statistics,
             class_names=run.class_names,

@@ -24,213 +24,43 @@ bootstrap (:mod:`mr2.report.bootstrap`) evaluates thousands of resamples in one 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from mr2.report.accuracy import per_class_accuracy
+from mr2.report.bootstrap import ConfidenceInterval, bootstrap_confusion
 from mr2.report.confusion import confusion_matrix
 from mr2.report.exceptions import MissingClassWarning, ReportError
+from mr2.report.serialization import json_safe
+from mr2.report.summary import BOTTOM_FRACTION_INVALID, class_summary, summary_metric_names
 from mr2.report.tiers import ASSIGNMENT_MISMATCH, TierSplit, _format_ids
+from mr2.report.validation import CONFUSION_NOT_COUNTS, CONFUSION_NOT_SQUARE, validate_confusion
 
+# The helpers below moved to their own modules; they stay importable from here.
 __all__ = [
+    "CONFUSION_NOT_COUNTS",
+    "CONFUSION_NOT_SQUARE",
     "DisparityReport",
     "class_summary",
     "json_safe",
     "per_class_accuracy",
     "summary_metric_names",
+    "validate_confusion",
 ]
 
-CONFUSION_NOT_SQUARE = (
-    "a confusion matrix must be a square K x K array (rows: true class, columns: predicted class), "
-    "got shape {shape}"
-)
-CONFUSION_NOT_COUNTS = (
-    "a confusion matrix must hold non-negative integer counts; got {problem}. Build it with "
-    "mr2.report.confusion_matrix(preds, target, num_classes)"
-)
 CONFUSION_EMPTY = "the confusion matrix counts no sample at all; nothing was evaluated"
 CLASS_NAMES_MISMATCH = "got {num_names} class names for {num_classes} classes"
 DIFFERENCE_METHOD_INVALID = "method must be 'between_groups' or 'to_overall', got {method!r}"
-BOTTOM_FRACTION_INVALID = "bottom_fraction must be in (0, 1], got {value!r}"
 MISSING_CLASSES_WARNING = (
     "{count} of {total} classes have no test sample (class ids {ids}); their accuracy is NaN and they "
     "are left out of every summary"
 )
 
-#: Scalar summaries in :func:`class_summary` order (tier accuracies follow, one per tier).
-_BASE_METRICS = (
-    "overall",
-    "group_min",
-    "group_max",
-    "difference",
-    "difference_to_overall",
-    "ratio",
-    "ratio_to_overall",
-    "mean_class_accuracy",
-    "std",
-    "cv",
-    "bottom_mean",
-)
-
-
-def summary_metric_names(tier_names: Sequence[str] = ()) -> tuple[str, ...]:
-    """Names of the scalars :func:`class_summary` returns: the base metrics, then ``tier:<name>``.
-
-    >>> summary_metric_names(("easy", "hard"))[-2:]
-    ('tier:easy', 'tier:hard')
-    """
-    return _BASE_METRICS + tuple(f"tier:{name}" for name in tier_names)
-
-
-def validate_confusion(confusion: ArrayLike | torch.Tensor) -> NDArray[np.int64]:
-    """Return ``confusion`` as a validated int64 numpy array [K, K] (a copy)."""
-    if isinstance(confusion, torch.Tensor):
-        confusion = confusion.detach().cpu().numpy()
-    matrix = np.array(confusion)
-    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] == 0:
-        raise ReportError(CONFUSION_NOT_SQUARE.format(shape=matrix.shape))
-    if matrix.dtype == object or not np.issubdtype(matrix.dtype, np.number):
-        raise ReportError(CONFUSION_NOT_COUNTS.format(problem=f"dtype {matrix.dtype}"))
-    if np.issubdtype(matrix.dtype, np.floating):
-        if not np.all(np.isfinite(matrix)):
-            raise ReportError(CONFUSION_NOT_COUNTS.format(problem="non-finite entries"))
-        if not np.all(matrix == np.round(matrix)):
-            raise ReportError(CONFUSION_NOT_COUNTS.format(problem="fractional entries"))
-    if np.any(matrix < 0):
-        raise ReportError(CONFUSION_NOT_COUNTS.format(problem="negative entries"))
-    return matrix.astype(np.int64)
-
-
-def per_class_accuracy(
-    correct: ArrayLike, total: ArrayLike
-) -> NDArray[np.float64]:
-    """``correct / total`` elementwise, NaN where ``total == 0`` (no warning; batched).
-
-    >>> per_class_accuracy([3, 0, 0], [4, 2, 0])
-    array([0.75, 0.  ,  nan])
-    """
-    c = np.asarray(correct, dtype=np.float64)
-    t = np.asarray(total, dtype=np.float64)
-    return np.divide(c, t, out=np.full(np.broadcast(c, t).shape, np.nan), where=t > 0)
-
-
-def _safe_divide(num: NDArray[np.float64], den: NDArray[np.float64]) -> NDArray[np.float64]:
-    """num / den, NaN where den is 0 or either is NaN, without floating-point warnings."""
-    ok = (den != 0) & ~np.isnan(den) & ~np.isnan(num)
-    return np.divide(num, den, out=np.full(np.broadcast(num, den).shape, np.nan), where=ok)
-
-
-def _bottom_count(fraction: float, num_valid: NDArray[np.int64]) -> NDArray[np.int64]:
-    # Round before ceil so that 0.1 * 30 = 3.0000000000000004 gives 3 classes, not 4.
-    count = np.ceil(np.round(fraction * num_valid.astype(np.float64), 9)).astype(np.int64)
-    return np.clip(count, 1, None)
-
-
-def class_summary(
-    correct: ArrayLike,
-    total: ArrayLike,
-    *,
-    tiers: TierSplit | None = None,
-    bottom_fraction: float = 0.1,
-) -> dict[str, NDArray[np.float64]]:
-    """Every scalar disparity metric from per-class correct and total counts, batched.
-
-    Args:
-        correct: correctly classified samples per class, shape [..., K].
-        total: test samples per class, shape [..., K] (classes with 0 are left out).
-        tiers: a fixed tier split (adds ``tier:<name>`` entries), or None.
-        bottom_fraction: f in (0, 1]; ``bottom_mean`` is the mean of the ``ceil(f * K')`` lowest
-            per-class accuracies, K' the number of classes with samples.
-
-    Returns:
-        ``{name: array of shape [...]}`` for every name of :func:`summary_metric_names`
-        (NaN where undefined, e.g. every class empty, or ``ratio`` with a best class at 0).
-
-    Example:
-        >>> out = class_summary([9, 5, 1], [10, 10, 10])
-        >>> float(out["overall"]), float(out["group_min"]), float(out["difference"])
-        (0.5, 0.1, 0.8)
-    """
-    if not 0.0 < bottom_fraction <= 1.0:
-        raise ReportError(BOTTOM_FRACTION_INVALID.format(value=bottom_fraction))
-    c = np.asarray(correct, dtype=np.float64)
-    t = np.asarray(total, dtype=np.float64)
-    acc = per_class_accuracy(c, t)
-    present = t > 0
-    num_valid = present.sum(axis=-1)
-    any_valid = num_valid > 0
-
-    overall = _safe_divide(c.sum(axis=-1), t.sum(axis=-1))
-    low = np.where(any_valid, np.where(present, acc, np.inf).min(axis=-1), np.nan)
-    high = np.where(any_valid, np.where(present, acc, -np.inf).max(axis=-1), np.nan)
-    filled = np.where(present, acc, 0.0)
-    mean = _safe_divide(filled.sum(axis=-1), num_valid.astype(np.float64))
-    deviation = np.where(present, acc - mean[..., None], 0.0)
-    std = np.sqrt(_safe_divide((deviation**2).sum(axis=-1), num_valid.astype(np.float64)))
-    to_overall = np.where(
-        any_valid,
-        np.where(present, np.abs(acc - overall[..., None]), -np.inf).max(axis=-1),
-        np.nan,
-    )
-    # min_k min(acc_k / overall, overall / acc_k); a class at 0 gives 0; overall = 0 gives NaN.
-    up = _safe_divide(acc, np.broadcast_to(overall[..., None], acc.shape))
-    down = _safe_divide(np.broadcast_to(overall[..., None], acc.shape), acc)
-    per_class_ratio = np.where(acc == 0, 0.0, np.fmin(up, down))
-    ratio_to_overall = np.where(
-        any_valid & (overall > 0),
-        np.where(present, per_class_ratio, np.inf).min(axis=-1),
-        np.nan,
-    )
-
-    # Bottom-f mean: NaN sorts last, so the first `count` sorted values are the lowest present ones.
-    ascending = np.sort(acc, axis=-1)
-    count = _bottom_count(bottom_fraction, num_valid)
-    cumulative = np.cumsum(np.where(np.isnan(ascending), 0.0, ascending), axis=-1)
-    picked = np.take_along_axis(cumulative, (count - 1)[..., None], axis=-1)[..., 0]
-    bottom = np.where(any_valid, picked / count, np.nan)
-
-    out: dict[str, NDArray[np.float64]] = {
-        "overall": overall,
-        "group_min": low,
-        "group_max": high,
-        "difference": high - low,
-        "difference_to_overall": to_overall,
-        "ratio": _safe_divide(low, high),
-        "ratio_to_overall": ratio_to_overall,
-        "mean_class_accuracy": mean,
-        "std": std,
-        "cv": _safe_divide(std, mean),
-        "bottom_mean": bottom,
-    }
-    if tiers is not None:
-        tier_acc = tiers.accuracy(acc)
-        for index, name in enumerate(tiers.names):
-            out[f"tier:{name}"] = tier_acc[..., index]
-    return out
-
-
-def json_safe(value: Any) -> Any:
-    """Convert numpy scalars/arrays to Python values and NaN/inf to None, recursively (strict JSON).
-
-    >>> json_safe({"a": np.array([1.0, np.nan]), "b": np.int64(3)})
-    {'a': [1.0, None], 'b': 3}
-    """
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return json_safe(value.tolist())
-    if isinstance(value, np.generic):
-        return json_safe(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 class DisparityReport:
@@ -394,11 +224,9 @@ class DisparityReport:
         """Every scalar metric by name (see :func:`summary_metric_names`)."""
         return dict(self._summary)
 
-    def bootstrap(self, **kwargs: Any) -> dict[str, Any]:
+    def bootstrap(self, **kwargs: Any) -> dict[str, ConfidenceInterval]:
         """Bootstrap confidence intervals of every summary metric; see
         :func:`mr2.report.bootstrap.bootstrap_confusion` for the arguments."""
-        from mr2.report.bootstrap import bootstrap_confusion
-
         kwargs.setdefault("bottom_fraction", self.bottom_fraction)
         return bootstrap_confusion(self.confusion, tiers=self.tiers, **kwargs)
 

@@ -6,7 +6,7 @@ assert on the exact text and a message is changed in one place.
 
 from __future__ import annotations
 
-__all__ = ["MissingClassWarning", "ReportError", "RunDirectoryError"]
+__all__ = ["MissingClassWarning", "PredictionsError", "ReportError", "RunDirectoryError"]
 
 
 class ReportError(ValueError):
@@ -19,3 +19,7 @@ class RunDirectoryError(ReportError):
 
 class MissingClassWarning(UserWarning):
     """Some classes have no evaluated sample: their accuracy is NaN and they are left out."""
+
+
+class PredictionsError(ReportError):
+    """A predictions file is missing, unreadable, malformed or inconsistent with the other files."""

@@ -5,7 +5,9 @@ backend or global figure state is involved (the Agg renderer is used to write th
 function takes a path stem (``out/plots/sorted_accuracy``), writes ``<stem>.png`` and
 ``<stem>.svg`` atomically and returns both paths.
 
-Accuracies are plotted in percent.
+Accuracies are plotted in percent. Per-class scatter plots name their points: each point carries its
+class name (its id when the run has no names) when there are at most :data:`MAX_POINT_LABELS`
+classes; with more, the ``MAX_POINT_LABELS // 2`` hardest and easiest classes are named.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike
 
 from mr2.io import atomic_write_bytes
-from mr2.report.diagnostics import TrainingEvolution, spearman
+from mr2.report.diagnostics import TrainingEvolution
 from mr2.report.exceptions import ReportError
+from mr2.report.statistics import spearman
 from mr2.report.tiers import TierSplit
 
 __all__ = [
@@ -39,6 +42,25 @@ NO_CURVES = "nothing to plot: pass at least one curve"
 CURVE_LENGTH = "curve {name!r} has {actual} classes, expected {expected}"
 
 _FORMATS = ("png", "svg")
+
+#: Up to this many classes, every point of a per-class scatter plot is labelled with its class.
+MAX_POINT_LABELS = 40
+
+
+def _point_labels(num_classes: int, class_names: Sequence[str] | None) -> list[str]:
+    if class_names is not None and len(class_names) == num_classes:
+        return [str(name) for name in class_names]
+    return [str(k) for k in range(num_classes)]
+
+
+def _labelled_points(order_key: np.ndarray) -> np.ndarray:
+    """Indices of the points to label: all of them, or the extremes of ``order_key`` (NaN last)."""
+    valid = np.flatnonzero(~np.isnan(order_key))
+    if valid.size <= MAX_POINT_LABELS:
+        return valid
+    ranked = valid[np.argsort(order_key[valid], kind="stable")]
+    half = MAX_POINT_LABELS // 2
+    return np.concatenate([ranked[:half], ranked[-half:]])
 
 
 def save_figure(figure: Figure, stem: str | Path) -> list[Path]:
@@ -117,6 +139,7 @@ def plot_accuracy_change(
     *,
     reference_name: str = "reference",
     tiers: TierSplit | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> list[Path]:
     """Per-class accuracy change against the reference, classes ordered by reference accuracy.
 
@@ -130,6 +153,8 @@ def plot_accuracy_change(
         stem: output path without suffix.
         reference_name: the reference's label.
         tiers: the tier split to draw (ranked on ``reference_accuracy``), or None.
+        class_names: names of the classes; with at most :data:`MAX_POINT_LABELS` classes they
+            label the x axis (each column of points is one class).
     """
     reference = np.asarray(reference_accuracy, dtype=np.float64)
     arrays = _check_curves(curves, reference.shape[0])
@@ -149,7 +174,10 @@ def plot_accuracy_change(
             axes.hlines(tier_change, starts + 0.5, edges + 0.5, colors=color, linewidth=2.0)
     if tiers is not None:
         _tier_boundaries(axes, tiers)
-    axes.set_xlabel(f"class rank by {reference_name} accuracy (easy → hard)")
+    if reference.shape[0] <= MAX_POINT_LABELS:
+        labels = _point_labels(reference.shape[0], class_names)
+        axes.set_xticks(x, [labels[k] for k in order], rotation=90, fontsize=7)
+    axes.set_xlabel(f"class by {reference_name} accuracy (easy → hard)")
     axes.set_ylabel(f"accuracy change vs {reference_name} (points)")
     axes.grid(alpha=0.3)
     axes.legend(loc="lower left")
@@ -163,10 +191,12 @@ def plot_statistic_vs_accuracy(
     *,
     statistic_label: str = "gamma_k",
     title: str | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> list[Path]:
     """Scatter of a per-class statistic against class accuracy, with Spearman's rho vs the error.
 
-    A positive rho(statistic, error) means the harder classes have the larger statistic.
+    A positive rho(statistic, error) means the harder classes have the larger statistic. Each point
+    is labelled with its class name (see the module docstring for many classes).
     """
     stat = np.asarray(statistic, dtype=np.float64)
     acc = np.asarray(accuracy, dtype=np.float64)
@@ -174,6 +204,16 @@ def plot_statistic_vs_accuracy(
     figure = Figure(figsize=(5.0, 4.0), layout="constrained")
     axes = figure.subplots()
     axes.scatter(100 * acc, stat, s=12, alpha=0.7)
+    labels = _point_labels(acc.shape[0], class_names)
+    for k in _labelled_points(np.where(np.isnan(stat), np.nan, acc)):
+        axes.annotate(
+            labels[k],
+            (100 * acc[k], stat[k]),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=7,
+            alpha=0.8,
+        )
     axes.set_xlabel("class accuracy (%)")
     axes.set_ylabel(statistic_label)
     rho = "n/a" if math.isnan(correlation.rho) else f"{correlation.rho:+.2f}"

@@ -22,8 +22,9 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 
-from mr2.report.disparity import validate_confusion
+from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError, RunDirectoryError
+from mr2.report.validation import validate_confusion
 
 __all__ = ["SUPPORTED_FORMAT_VERSIONS", "RunRecord", "check_comparable", "load_run", "load_runs"]
 
@@ -161,9 +162,7 @@ class RunRecord:
     def validation_accuracy(self) -> NDArray[np.float64] | None:
         """Per-class validation accuracy [K] (NaN: class without validation samples), or None."""
         if self.validation_confusion is not None:
-            support = self.validation_confusion.sum(axis=1).astype(np.float64)
-            correct = np.diagonal(self.validation_confusion).astype(np.float64)
-            return np.divide(correct, support, out=np.full(support.shape, np.nan), where=support > 0)
+            return confusion_accuracy(self.validation_confusion)
         return self.validation_per_class_accuracy
 
 

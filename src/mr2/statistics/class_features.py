@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -13,13 +13,14 @@ from mr2.checks import (
     CheckValues,
     MR2InputError,
     check_features,
-    check_finite,
     check_num_classes,
+    check_statistics_finite,
     check_target,
+    wants_values,
 )
 from mr2.functional.class_sums import class_sums
 
-__all__ = ["ClassFeatureStatistics", "Estimator"]
+__all__ = ["ClassFeatureStatistics", "Estimator", "PendingUpdate"]
 
 Estimator = Literal["pooled", "batch"]
 
@@ -27,6 +28,29 @@ BAD_MOMENTUM = "momentum (the moving-average decay) must be in [0, 1); got {valu
 BAD_NORM_P = "norm_p must be a number >= 1; got {value!r}."
 BAD_ESTIMATOR = "estimator must be 'pooled' (default) or 'batch' (released code); got {value!r}."
 CENTER_NEEDS_POOLED = "center=True needs estimator='pooled' (the class means it centres on)."
+
+
+class PendingUpdate(NamedTuple):
+    """One batch's update of :class:`ClassFeatureStatistics`, computed but not yet applied.
+
+    Attributes:
+        x: [B, d] float32 features. target: [B] class ids.
+        batch_count: [K] (global) batch counts. feature_sum: [K, d] batch feature sums (None on the
+            single-process pooled path, which folds ``x`` in row by row).
+        sq_norm_sum: [K] batch sums of ``||x||^2``. weight: [K] weight of the batch per class.
+        new_count, new_sq_norm_sum: [K] the moving ``n_k`` and ``Q_k`` after the update.
+        guard: 0-dim, finite exactly when the updated statistics are (see ``prepare``).
+    """
+
+    x: torch.Tensor
+    target: torch.Tensor
+    batch_count: torch.Tensor
+    feature_sum: torch.Tensor | None
+    sq_norm_sum: torch.Tensor
+    weight: torch.Tensor
+    new_count: torch.Tensor
+    new_sq_norm_sum: torch.Tensor
+    guard: torch.Tensor
 
 
 class ClassFeatureStatistics(nn.Module):
@@ -41,11 +65,17 @@ class ClassFeatureStatistics(nn.Module):
         n_k <- m n_k + (1 - m) n_k^batch      S_k <- m S_k + (1 - m) S_k^batch  (same for Q_k)
         mu_k = S_k / n_k      a_k = Q_k / n_k      s_k = a_k - ||mu_k||^2
 
-    Ratios of moving sums weight every SAMPLE equally (within the decay), so the estimates are not
-    biased by how many samples of a class a batch happens to hold; averaging per-batch means and
-    variances (the released code) over-weights small per-batch class counts and biases ``s_k`` low by
-    the factor ``(n - 1)/n``. A class absent from a batch keeps its values; the first batch that
-    holds a class initialises it. ``m`` is the decay (``momentum=0.9`` keeps 90% of the old value;
+    Ratios of moving sums weight every SAMPLE of a batch equally (the weights decay across batches),
+    so the estimates do not depend on how a class's samples are split into batches; averaging
+    per-batch means and variances (the released code) biases ``s_k`` low by ``(n - 1)/n`` for n
+    samples of the class per batch. The pooled ``s_k`` is not exactly unbiased either: for i.i.d.
+    samples with normalised moving-average weights ``w_i`` (summing to 1),
+    ``E[s_k] = s_k^true (1 - sum_i w_i^2)``, i.e. low by the factor ``1 - 1/n_eff`` with ``n_eff``
+    the effective sample size. At steady state with ``n`` samples of the class in every batch,
+    ``sum_i w_i^2 = (1 - m) / ((1 + m) n)``: 0.5% low for ``m = 0.9, n = 10``, 5e-5 for
+    ``m = 0.999`` (n = 10); after the first (initialising) batch alone it is the ``(n - 1)/n`` of one
+    batch. A class absent from a batch keeps its values; the first batch that holds a class
+    initialises it. ``m`` is the decay (``momentum=0.9`` keeps 90% of the old value;
     note that this is the opposite of BatchNorm's convention).
 
     Variants (not the paper's default; each labelled in the docs):
@@ -87,6 +117,7 @@ class ClassFeatureStatistics(nn.Module):
     batch_mean_sq_norm: torch.Tensor
     batch_spread: torch.Tensor
     samples_seen: torch.Tensor
+    feature_sum_norm_sq: torch.Tensor
 
     def __init__(
         self,
@@ -124,6 +155,10 @@ class ClassFeatureStatistics(nn.Module):
         self.register_buffer("batch_mean_sq_norm", torch.zeros(k))
         self.register_buffer("batch_spread", torch.zeros(k))
         self.register_buffer("samples_seen", torch.zeros(k, dtype=torch.long))
+        # Derived cache of ||S_k||_p^2 (not saved: rebuilt from feature_sum after loading), updated
+        # for the rows a batch touches so that moments() needs no [K, d] pass per step.
+        self.register_buffer("feature_sum_norm_sq", torch.zeros(k), persistent=False)
+        self._norm_cache_valid = True
 
     # ------------------------------------------------------------------ state
     @property
@@ -134,6 +169,7 @@ class ClassFeatureStatistics(nn.Module):
     def _materialise(self, feature_dim: int) -> None:
         if self.feature_sum.shape[1] == 0:
             self.feature_sum = self.feature_sum.new_zeros(self.num_classes, feature_dim)
+            self._norm_cache_valid = False
         elif self.feature_sum.shape[1] != feature_dim:
             raise MR2InputError(
                 FEATURE_DIM_MISMATCH.format(got=feature_dim, expected=self.feature_sum.shape[1])
@@ -146,6 +182,7 @@ class ClassFeatureStatistics(nn.Module):
         if incoming is not None and self.feature_sum.shape[1] == 0:
             self._materialise(incoming.shape[1])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._norm_cache_valid = False
 
     def extra_repr(self) -> str:
         return (
@@ -183,21 +220,22 @@ class ClassFeatureStatistics(nn.Module):
         sums.index_add_(0, target, deviation)
         return distributed.all_reduce_sum_(sums, self.process_group)
 
-    @torch.no_grad()
-    def update(self, features: torch.Tensor, target: torch.Tensor, *, checked: bool = False) -> None:
-        """Fold one batch into the moving statistics (does nothing in eval mode).
+    def _refresh_norm_cache(self) -> None:
+        """Recompute the cached ``||S_k||_p^2`` of every class (one [K, d] pass)."""
+        self.feature_sum_norm_sq.copy_(self._norm_sq(self.feature_sum))
+        self._norm_cache_valid = True
 
-        Args:
-            features: [B, d] features (detached and cast to float32 here).
-            target: [B] class ids in ``[0, K)``.
-            checked: the caller has already validated ``features`` and ``target``.
+    @torch.no_grad()
+    def prepare(self, features: torch.Tensor, target: torch.Tensor) -> PendingUpdate | None:
+        """Compute one batch's update without applying it (None in eval mode).
+
+        The returned :class:`PendingUpdate` holds a 0-dim ``guard`` that is finite exactly when the
+        statistics after the update (and everything derived from them) stay finite; check it (e.g.
+        with :func:`~mr2.checks.check_statistics_finite`, in the same host sync as the inputs), then
+        :meth:`commit`. The caller validates ``features`` and ``target`` first.
         """
         if not self.training:
-            return
-        if not checked:
-            check_features(features, target)
-            check_target(target, self.num_classes, features.shape[0], self.check_values)
-            check_finite("features", features, self.check_values)
+            return None
         self._materialise(features.shape[1])
         with torch.autocast(device_type=features.device.type, enabled=False):
             x = features.detach().to(self.feature_sum.dtype)
@@ -212,35 +250,116 @@ class ClassFeatureStatistics(nn.Module):
                     distributed.all_reduce_sum_(packed, self.process_group)
                     count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
             else:
-                # Single process: only the [K] sums here; the [K, d] feature sums are folded in
-                # below without materialising a [K, d] batch-sum tensor.
+                # Single process: only [K] sums; the [K, d] feature sums are folded in by commit()
+                # with B-row operations (no [K, d] batch-sum tensor, no pass over absent classes).
                 count = x.new_zeros(self.num_classes).index_add_(0, target, x.new_ones(target.shape))
-                sq_norms = torch.linalg.vector_norm(x, dim=1).square()
+                sq_norms = torch.linalg.vector_norm(x, dim=1).square()  # inf when it overflows
                 sq_norm_sum = x.new_zeros(self.num_classes).index_add_(0, target, sq_norms)
-            present = count > 0
-            weight = self._ema_weights(present)
-            safe_count = count.clamp_min(1.0)
-            if self.estimator == "batch":
-                assert feature_sum is not None
-                spread = self._deviation_sums(x, target, feature_sum, safe_count) / safe_count
-                mean_sq_norm = self._norm_sq(feature_sum) / safe_count.square()
-                self._ema_(self.batch_mean_sq_norm, mean_sq_norm, weight)
-                self._ema_(self.batch_spread, spread, weight)
-            self._ema_(self.count, count, weight)
-            if feature_sum is not None:
-                self._ema_(self.feature_sum, feature_sum, weight)
+            weight = self._ema_weights(count > 0)
+            new_count = self.count.lerp(count, weight)
+            new_sq_norm_sum = self.sq_norm_sum.lerp(sq_norm_sum, weight)
+            # ||S_k||^2 <= n_k Q_k (Cauchy-Schwarz) bounds every intermediate of the derived values
+            # (the factor 4 covers the deviations ||x - mu||^2 <= 2||x||^2 + 2||mu||^2).
+            guard = 4.0 * (new_count * new_sq_norm_sum).sum()
+        return PendingUpdate(x, target, count, feature_sum, sq_norm_sum, weight, new_count,
+                             new_sq_norm_sum, guard)
+
+    @torch.no_grad()
+    def commit(self, pending: PendingUpdate | None, *, only_if_finite: bool = False) -> None:
+        """Apply an update computed by :meth:`prepare`.
+
+        Args:
+            pending: the update (None: nothing to do).
+            only_if_finite: keep the old values when the update's guard is not finite, without a
+                host sync (for callers that did not check the guard on the host).
+        """
+        if pending is None:
+            return
+        x, target, weight = pending.x, pending.target, pending.weight
+        ok = torch.isfinite(pending.guard) if only_if_finite else None
+
+        def ema(state: torch.Tensor, new: torch.Tensor) -> None:
+            if ok is None:
+                self._ema_(state, new, weight)
             else:
-                # (1 - w_k) S_k + w_k sum_{i: y_i = k} x_i, with the second term as one index_add_
-                # of the B weighted rows; absent classes (w = 0) are multiplied by exactly 1.
+                view = weight.view((-1,) + (1,) * (state.dim() - 1))
+                state.copy_(torch.where(ok, state.lerp(new, view), state))
+
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            if self.estimator == "batch":
+                assert pending.feature_sum is not None
+                safe_count = pending.batch_count.clamp_min(1.0)
+                spread = self._deviation_sums(x, target, pending.feature_sum, safe_count) / safe_count
+                mean_sq_norm = self._norm_sq(pending.feature_sum) / safe_count.square()
+                ema(self.batch_mean_sq_norm, mean_sq_norm)
+                ema(self.batch_spread, spread)
+            if pending.feature_sum is not None:
+                ema(self.feature_sum, pending.feature_sum)
+                self._norm_cache_valid = False
+            elif self.num_classes <= 2 * target.shape[0] and ok is None:
+                # Few classes (K <= 2B): one pass over the [K, d] buffer costs no more than
+                # gathering the batch's rows. (1 - w_k) S_k + w_k sum_{i: y_i = k} x_i, the second
+                # term as one index_add_ of the B weighted rows; absent classes (w = 0) are
+                # multiplied by exactly 1.
                 self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
-                self.feature_sum.index_add_(0, target, x * weight[target].unsqueeze(1))
-            self._ema_(self.sq_norm_sum, sq_norm_sum, weight)
+                self.feature_sum.index_add_(0, target, x * weight.index_select(0, target).unsqueeze(1))
+                self._norm_cache_valid = False
+            else:
+                # Many classes: S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of
+                # the B rows w_k (x_i - S_k / n_k): only the rows of the classes in the batch are
+                # touched (no pass over [K, d]), so an absent class keeps its values bit for bit.
+                per_row = (weight / pending.batch_count.clamp_min(1.0)).index_select(0, target)
+                rows = self.feature_sum.index_select(0, target).mul_(-per_row.unsqueeze(1))
+                rows.addcmul_(x, weight.index_select(0, target).unsqueeze(1))
+                if ok is not None:
+                    rows = torch.where(ok, rows, 0.0)
+                self.feature_sum.index_add_(0, target, rows)
+                if self._norm_cache_valid:  # the updated rows, gathered into the same buffer
+                    torch.index_select(self.feature_sum, 0, target, out=rows)
+                    self.feature_sum_norm_sq.index_copy_(0, target, self._norm_sq(rows))
+            if ok is None:
+                self.count.copy_(pending.new_count)
+                self.sq_norm_sum.copy_(pending.new_sq_norm_sum)
+            else:
+                self.count.copy_(torch.where(ok, pending.new_count, self.count))
+                self.sq_norm_sum.copy_(torch.where(ok, pending.new_sq_norm_sum, self.sq_norm_sum))
             if self.estimator == "pooled" and self.norm_p != 2.0:
                 deviation = self._deviation_sums(
                     x, target, self.feature_sum, self.count.clamp_min(1e-12)
                 )
-                self._ema_(self.deviation_sum, deviation, weight)
-            self.samples_seen.add_(count.round().long())
+                ema(self.deviation_sum, deviation)
+            seen = pending.batch_count.round().long()
+            self.samples_seen.add_(seen if ok is None else seen * ok)
+
+    @torch.no_grad()
+    def update(self, features: torch.Tensor, target: torch.Tensor, *, checked: bool = False) -> None:
+        """Fold one batch into the moving statistics (does nothing in eval mode).
+
+        An update that would make the statistics non-finite (e.g. finite features whose squares
+        overflow float32) is refused with :class:`~mr2.checks.StatisticsOverflowError` when values
+        are checked (``check_values``; one host sync, shared with the finiteness check of the
+        features), and skipped without a host sync otherwise; either way the statistics keep their
+        old values.
+
+        Args:
+            features: [B, d] features (detached and cast to float32 here).
+            target: [B] class ids in ``[0, K)``.
+            checked: the caller has already validated ``features`` and ``target``.
+        """
+        if not self.training:
+            return
+        if not checked:
+            check_features(features, target)
+            check_target(target, self.num_classes, features.shape[0], self.check_values)
+        pending = self.prepare(features, target)
+        if wants_values(features, self.check_values):
+            assert pending is not None
+            check_statistics_finite(
+                {}, pending.guard, also_count={} if checked else {"features": features}
+            )
+            self.commit(pending)
+        else:
+            self.commit(pending, only_if_finite=True)
 
     # ---------------------------------------------------------- derived values
     def seen(self) -> torch.Tensor:
@@ -264,8 +383,10 @@ class ClassFeatureStatistics(nn.Module):
         if self.estimator == "batch":
             return self.batch_mean_sq_norm.clone(), self.batch_spread.clone()
         count = self.count.clamp_min(1e-12)
-        # ||sum_k / n_k||_p = ||sum_k||_p / n_k: no [K, d] division for the norms.
-        raw_norm = self._norm_sq(self.feature_sum) / count.square()
+        # ||sum_k / n_k||_p = ||sum_k||_p / n_k, from the cached ||S_k||_p^2: no [K, d] pass.
+        if not self._norm_cache_valid:
+            self._refresh_norm_cache()
+        raw_norm = self.feature_sum_norm_sq / count.square()
         if self.norm_p != 2.0:
             spread = self.deviation_sum / self.count.clamp_min(1e-12)
         else:
@@ -281,6 +402,13 @@ class ClassFeatureStatistics(nn.Module):
     def spread(self) -> torch.Tensor:
         """[K] mean squared deviation ``s_k = E ||phi(x) - mu_k||_p^2`` (0 for unseen classes)."""
         return self.moments()[1]
+
+    def spread_l2(self) -> torch.Tensor:
+        """[K] ``s_k`` in the L2 norm whatever ``norm_p`` is (from the pooled moving sums; the norm of
+        MR2's pair distances). Equals :meth:`spread` for the default statistics."""
+        count = self.count.clamp_min(1e-12)
+        mean_sq = torch.linalg.vector_norm(self.feature_sum, dim=1).square() / count.square()
+        return (self.sq_norm_sum / count - mean_sq).clamp_min(0.0) * self.seen()
 
     def second_moment(self) -> torch.Tensor:
         """[K] ``a_k = ||mu_k||^2 + s_k``."""

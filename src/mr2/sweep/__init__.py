@@ -8,7 +8,10 @@ hyperparameters on the validation split and writes the disparity report of the w
 Modules:
     spec: the typed sweep specification (:func:`load_spec`, :func:`spec_from_dict`).
     plan: expansion into run points with readable, file-system-safe names (:func:`plan_sweep`).
-    runner: execution in worker processes, resumable, failures isolated (:func:`run_points`).
+    runner: which runs to train, resumable, failures isolated (:func:`run_points`).
+    processes: the trainer processes, stopped together and never outliving the sweep.
+    deathsignal, tether: the kernel's death signal that ties trainers (and the fork server) to it.
+    progress: the progress lines and the ETA.
     selection: hyperparameter selection on the validation split (:func:`select_settings`).
     report: the sweep's report in ``<sweep_dir>/report`` (:func:`write_sweep_report`).
     run: all of it in one call (:func:`run_sweep`).

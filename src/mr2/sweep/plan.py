@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from mr2.config import ConfigError, RunConfig, config_from_dict
-from mr2.sweep.spec import MethodEntry, SweepSpec, SweepSpecError, set_dotted
+from mr2.config.paths import DottedPathError, set_dotted
+from mr2.rundir import RunDirectory
+from mr2.sweep.spec import MethodEntry, SweepSpec, SweepSpecError
 
 __all__ = ["RunPoint", "format_value", "plan_sweep"]
 
@@ -65,6 +67,11 @@ class RunPoint:
     def run_dir(self) -> Path:
         """``<sweep_dir>/<name>``."""
         return Path(self.config.output_dir) / self.config.name
+
+    @property
+    def directory(self) -> RunDirectory:
+        """The run directory's files and rules (:class:`~mr2.rundir.RunDirectory`)."""
+        return RunDirectory(self.run_dir)
 
     @property
     def group(self) -> tuple[str, str]:
@@ -163,13 +170,13 @@ def plan_sweep(spec: SweepSpec) -> list[RunPoint]:
                 name = _safe_name("__".join(part for part in (entry.label, setting_name) if part)
                                   + f"__seed={seed}")
                 data = copy.deepcopy(spec.base)
-                for key, value in (*entry.fixed.items(), *setting):
-                    set_dotted(data, key, value)
-                set_dotted(data, "method.name", entry.method)
-                data.update(name=name, seed=seed, output_dir=sweep_dir)
                 try:
+                    for key, value in (*entry.fixed.items(), *setting):
+                        set_dotted(data, key, value)
+                    set_dotted(data, "method.name", entry.method)
+                    data.update(name=name, seed=seed, output_dir=sweep_dir)
                     config = config_from_dict(data)
-                except (ConfigError, SweepSpecError) as error:
+                except (ConfigError, DottedPathError) as error:
                     raise SweepSpecError(POINT_INVALID.format(name=name, error=error)) from error
                 described = f"{entry.label} {setting_name} seed {seed}"
                 if name in names:

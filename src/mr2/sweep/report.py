@@ -79,7 +79,7 @@ def load_finished_runs(points: Sequence[RunPoint]) -> tuple[dict[str, RunRecord]
     runs: dict[str, RunRecord] = {}
     errors: dict[str, str] = {}
     for point in points:
-        if not (point.run_dir / "final.json").is_file():
+        if not point.directory.is_finished:
             continue
         try:
             runs[point.name] = load_run(point.run_dir)

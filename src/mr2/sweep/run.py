@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -10,9 +11,11 @@ from typing import TextIO
 
 from mr2.io import atomic_write_json
 from mr2.report.exceptions import ReportError
+from mr2.sweep.cluster import submit_points
 from mr2.sweep.plan import RunPoint, plan_sweep
+from mr2.sweep.processes import config_path, train_command, write_config
 from mr2.sweep.report import SweepReport, selection_summary, write_sweep_report
-from mr2.sweep.runner import RunOutcome, config_path, run_points, train_command, write_config
+from mr2.sweep.runner import RunOutcome, run_points
 from mr2.sweep.selection import SelectionError
 from mr2.sweep.spec import SweepSpec
 
@@ -26,7 +29,7 @@ class SweepResult:
     Attributes:
         spec: the sweep.
         points: its planned runs.
-        outcomes: one per point (done, skipped or failed).
+        outcomes: one per point (done, skipped, running elsewhere or failed).
         report: the report (None if it was not requested or could not be written).
         report_error: why the report could not be written ("" otherwise).
     """
@@ -42,9 +45,15 @@ class SweepResult:
         return [o for o in self.outcomes if o.status == "failed"]
 
     @property
+    def elsewhere(self) -> list[RunOutcome]:
+        """Runs left alone because another process owns their run directory."""
+        return [o for o in self.outcomes if o.status == "running"]
+
+    @property
     def ok(self) -> bool:
-        """No run failed and the report (if requested) was written."""
-        return not self.failed and not self.report_error
+        """Every run finished (none failed, none still running elsewhere) and the report (if
+        requested) was written."""
+        return not self.failed and not self.elsewhere and not self.report_error
 
 
 def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
@@ -59,6 +68,8 @@ def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
             "select_by": spec.select_by,
             "seeds": spec.seeds,
             "base": spec.base,
+            "launcher": dataclasses.asdict(spec.launcher),
+            "spec": spec.data,
             "methods": {
                 e.label: {"method": e.method, "fixed": e.fixed, "axes": e.axes} for e in spec.methods
             },
@@ -97,9 +108,12 @@ def describe_plan(spec: SweepSpec, points: list[RunPoint]) -> str:
         f"{spec.reference}; selection by {spec.select_by}; {spec.workers} worker(s))"
     ]
     for point in points:
-        if (point.run_dir / "final.json").is_file():
+        holder = point.directory.holder()
+        if point.directory.is_finished:
             state = "finished"
-        elif (point.run_dir / "checkpoints" / "last.pt").is_file():
+        elif holder is not None:
+            state = f"running (pid {holder})"
+        elif point.directory.last_checkpoint.is_file():
             state = "resumes"
         else:
             state = "to run"
@@ -115,25 +129,40 @@ def run_sweep(
     report: bool = True,
     plots: bool | None = None,
     status_every: float = 60.0,
+    wait: bool = True,
 ) -> SweepResult:
     """Run every unfinished run of ``spec`` and write its report to ``<sweep_dir>/report``.
 
     Progress, failures (with the tail of their logs) and the report's location are printed to
-    ``stream`` (default stdout). Interrupting (Ctrl-C) stops the running runs, which resume from
-    their checkpoints the next time; it raises :class:`mr2.sweep.runner.SweepInterrupted`.
+    ``stream`` (default stdout). Interrupting it (Ctrl-C, SIGTERM, SIGHUP) stops the running runs,
+    which resume from their checkpoints the next time; it raises
+    :class:`mr2.sweep.processes.SweepInterrupted`. With ``launcher: {name: slurm}`` the runs are
+    submitit jobs (:mod:`mr2.sweep.cluster`); ``wait=False`` then submits them and returns (no
+    report: write it later with ``mr2 sweep report DIR``).
     """
     out = stream if stream is not None else sys.stdout
     points = prepare_sweep(spec)
-    outcomes = run_points(
-        points,
-        workers=spec.workers,
-        threads_per_run=spec.threads_per_run,
-        nproc_per_node=spec.nproc_per_node,
-        devices=spec.devices,
-        stream=out,
-        status_every=status_every,
-    )
+    if spec.launcher.name == "slurm":
+        outcomes = submit_points(points, spec.launcher, sweep_name=spec.name, wait=wait, stream=out,
+                                 threads_per_run=spec.threads_per_run or spec.launcher.cpus_per_run)
+        report = report and wait
+    else:
+        outcomes = run_points(
+            points,
+            workers=spec.workers,
+            threads_per_run=spec.threads_per_run,
+            nproc_per_node=spec.nproc_per_node,
+            devices=spec.devices,
+            stream=out,
+            status_every=status_every,
+        )
     result = SweepResult(spec, points, outcomes)
+    if not wait and spec.launcher.name == "slurm":
+        print(f"\nsubmitted; follow with `mr2 sweep status {spec.sweep_dir}`, then write the report with "
+              f"`mr2 sweep report {spec.sweep_dir}`.", file=out, flush=True)
+        return result
+    for outcome in result.elsewhere:
+        print(f"\nRUNNING ELSEWHERE {outcome.point.name}: {outcome.message}", file=out)
     for outcome in result.failed:
         print(f"\nFAILED {outcome.point.name}: {outcome.message}", file=out)
         print(f"  log: {outcome.log_path}", file=out)
@@ -152,7 +181,9 @@ def run_sweep(
     done = sum(o.status == "done" for o in outcomes)
     skipped = sum(o.status == "skipped" for o in outcomes)
     print(
-        f"\n{done} run(s) trained, {skipped} skipped (finished earlier), {len(result.failed)} failed.",
+        f"\n{done} run(s) trained, {skipped} skipped (finished earlier), {len(result.failed)} failed"
+        + (f", {len(result.elsewhere)} running in another process (not started again)" if result.elsewhere
+           else "") + ".",
         file=out,
         flush=True,
     )

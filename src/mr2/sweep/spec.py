@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mr2.config import ConfigError, config_from_dict, load_yaml
+from mr2.config.paths import get_dotted
+from mr2.config.schema import build_dataclass
+from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
 
 __all__ = [
     "SELECT_BY",
@@ -54,7 +57,6 @@ __all__ = [
     "spec_from_dict",
 ]
 
-UNKNOWN_KEY = "unknown sweep key {path!r}; valid keys here: {valid}."
 MISSING_KEY = "the sweep specification needs {path!r} ({what})."
 WRONG_TYPE = "sweep key {path!r} must be {expected}; got {value!r}."
 BASE_BOTH = "give either 'base' (a run configuration mapping) or 'base_config' (a file), not both."
@@ -136,6 +138,9 @@ class SweepSpec:
         description: one line describing the sweep.
         report: options of the final report.
         source: the file it was read from, if any.
+        launcher: where the runs execute (:mod:`mr2.sweep.launcher`).
+        data: the validated mapping it was built from (``base_config`` resolved; kept in
+            ``sweep.json`` so that ``mr2 sweep status|report DIR`` can rebuild the sweep).
     """
 
     name: str
@@ -152,6 +157,8 @@ class SweepSpec:
     description: str = ""
     report: ReportOptions = field(default_factory=ReportOptions)
     source: Path | None = None
+    launcher: LauncherOptions = field(default_factory=LauncherOptions)
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sweep_dir(self) -> Path:
@@ -166,48 +173,74 @@ class SweepSpec:
         raise KeyError(label)
 
 
-_TOP_KEYS = (
-    "name",
-    "description",
-    "output_dir",
-    "base",
-    "base_config",
-    "methods",
-    "grid",
-    "seeds",
-    "reference",
-    "select_by",
-    "workers",
-    "threads_per_run",
-    "nproc_per_node",
-    "devices",
-    "required",
-    "report",
-)
-_REPORT_KEYS = ("tiers", "tier_source", "bootstrap", "bottom_fraction", "alpha", "plots")
+@dataclass
+class _SweepFile:
+    """The keys of a sweep file and their types, checked by the run configuration's validator
+    (:func:`mr2.config.schema.build_dataclass`); ranges and cross-field rules are checked after."""
+
+    name: str | None = None
+    description: str = ""
+    output_dir: str = "runs"
+    base: dict[str, Any] | None = None
+    base_config: str | None = None
+    methods: dict[str, Any] | None = None
+    grid: dict[str, Any] | None = None
+    seeds: int | list[Any] = field(default_factory=lambda: [0])
+    reference: str | None = None
+    select_by: Literal["val_accuracy", "val_worst_class"] = "val_accuracy"
+    workers: int = 1
+    threads_per_run: int | None = None
+    nproc_per_node: int | None = None
+    devices: list[Any] | None = None
+    required: list[Any] = field(default_factory=list)
+    report: ReportOptions = field(default_factory=ReportOptions)
+    launcher: dict[str, Any] | None = None
 
 
-def _check_keys(data: dict[str, Any], valid: tuple[str, ...], prefix: str = "") -> None:
-    for key in data:
-        if key not in valid:
-            raise SweepSpecError(UNKNOWN_KEY.format(path=f"{prefix}{key}", valid=", ".join(valid)))
+def _wrong(path: str, expected: str, value: Any) -> SweepSpecError:
+    return SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=value))
 
 
-def _int(value: Any, path: str, minimum: int, *, optional: bool = False) -> int | None:
+def _as_sweep_error(error: ConfigError) -> SweepSpecError:
+    """The validator's message with the sweep's vocabulary ("sweep key", not "config key")."""
+    text = str(error)
+    for old, new in (("unknown config key", "unknown sweep key"), ("config key", "sweep key"),
+                     ("config section", "sweep section")):
+        if text.startswith(old):
+            text = new + text[len(old):]
+            break
+    return SweepSpecError(text)
+
+
+def _at_least(value: int | None, path: str, minimum: int, *, optional: bool = False) -> None:
     if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        return
+    if value is None or value < minimum:
         expected = f"an integer >= {minimum}" + (" or null" if optional else "")
-        raise SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=value))
-    return value
+        raise _wrong(path, expected, value)
 
 
-def _mapping(value: Any, path: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise SweepSpecError(WRONG_TYPE.format(path=path, expected="a mapping", value=value))
-    return value
+def _check_report(report: ReportOptions) -> None:
+    _at_least(report.tiers, "report.tiers", 1, optional=True)
+    _at_least(report.bootstrap, "report.bootstrap", 0)
+    for key in ("bottom_fraction", "alpha"):
+        value = getattr(report, key)
+        if not 0 < value < 1:
+            raise _wrong(f"report.{key}", "a number in (0, 1)", value)
+
+
+def _seeds(raw: int | list[Any]) -> list[int]:
+    if isinstance(raw, int):
+        _at_least(raw, "seeds", 1)
+        return list(range(raw))
+    if not raw:
+        raise _wrong("seeds", "a non-empty list of integers or a count", raw)
+    for i, seed in enumerate(raw):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise _wrong(f"seeds[{i}]", "an integer >= 0", seed)
+    if len(set(raw)) != len(raw):
+        raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=raw))
+    return list(raw)
 
 
 def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -217,9 +250,7 @@ def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any]
     for key, value in settings.items():
         key_path = f"{path}.{key}"
         if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
-            raise SweepSpecError(
-                WRONG_TYPE.format(path=key_path, expected="a dotted config key like optim.lr", value=key)
-            )
+            raise _wrong(key_path, "a dotted config key like optim.lr", key)
         if key in _RESERVED:
             raise SweepSpecError(RESERVED_KEY.format(path=key_path, key=key))
         if isinstance(value, list):
@@ -229,36 +260,6 @@ def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any]
         else:
             fixed[key] = value
     return fixed, axes
-
-
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``data["a"]["b"] = value`` for ``key = "a.b"``, creating intermediate mappings.
-
-    Example:
-        >>> config = {"optim": {"lr": 0.1}}
-        >>> set_dotted(config, "method.options.c_bar", 2)
-        >>> config
-        {'optim': {'lr': 0.1}, 'method': {'options': {'c_bar': 2}}}
-    """
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise SweepSpecError(
-                WRONG_TYPE.format(path=key, expected=f"a key below the mapping {part!r}", value=child)
-            )
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
-
-
-def _get_dotted(data: dict[str, Any], key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
 
 
 def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
@@ -287,11 +288,90 @@ def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
                 )
 
 
+def _mapping(value: Any, path: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _wrong(path, "a mapping", value)
+    return value
+
+
+def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
+    if raw.base is not None and raw.base_config is not None:
+        raise SweepSpecError(BASE_BOTH)
+    if raw.base_config is not None:
+        base_file = Path(raw.base_config).expanduser()
+        if not base_file.is_absolute() and source is not None:
+            base_file = source.parent / base_file
+        try:
+            base = load_yaml(base_file)
+        except ConfigError as error:
+            raise SweepSpecError(str(error)) from error
+    else:
+        base = copy.deepcopy(raw.base or {})
+    for key in _RESERVED:
+        if key in base:
+            raise SweepSpecError(RESERVED_KEY.format(path=f"base.{key}", key=key))
+    try:
+        config_from_dict(base)
+    except ConfigError as error:
+        raise SweepSpecError(BASE_INVALID.format(error=error)) from error
+    if not isinstance(raw.required, list) or not all(isinstance(k, str) for k in raw.required):
+        raise _wrong("required", "a list of dotted keys", raw.required)
+    unset = [key for key in raw.required if get_dotted(base, key, None) is None]
+    if unset:
+        raise SweepSpecError(
+            REQUIRED_UNSET.format(keys=", ".join(unset), flags=" ".join(f"--set {key}=..." for key in unset))
+        )
+    return base
+
+
+def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
+    shared_fixed, shared_axes = _split_settings(raw.grid or {}, "grid")
+    if shared_fixed:
+        key = next(iter(shared_fixed))
+        raise _wrong(f"grid.{key}", "a list of values (a grid axis)", shared_fixed[key])
+    if raw.methods is None:
+        raise SweepSpecError(MISSING_KEY.format(path="methods", what="entry label -> settings"))
+    if not raw.methods:
+        raise SweepSpecError(NO_METHODS)
+    methods: list[MethodEntry] = []
+    base_options = get_dotted(base, "method.options", None) or {}
+    for label, settings in raw.methods.items():
+        if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
+            raise SweepSpecError(BAD_LABEL.format(label=label))
+        fixed, axes = _split_settings(_mapping(settings, f"methods.{label}"), f"methods.{label}")
+        if "method.name" in axes:
+            raise _wrong(f"methods.{label}.method.name", "one method name", axes["method.name"])
+        method = fixed.pop("method.name", label)
+        _check_method(label, method, {
+            **{f"method.options.{k}": None for k in base_options}, **shared_axes, **fixed, **axes,
+        })
+        methods.append(MethodEntry(label, method, fixed, {**shared_axes, **axes}))
+    return methods
+
+
+def _check_devices(raw: _SweepFile) -> None:
+    if raw.devices is None:
+        return
+    valid = all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw.devices)
+    if not raw.devices or not valid:
+        raise _wrong("devices", "a list of GPU ids (integers >= 0) or null", raw.devices)
+    per_run = raw.nproc_per_node or 1
+    if len(raw.devices) < raw.workers * per_run:
+        needed = raw.workers * per_run
+        raise SweepSpecError(TOO_FEW_DEVICES.format(count=len(raw.devices), workers=raw.workers,
+                                                    per_run=per_run, needed=needed))
+
+
 def spec_from_dict(
     data: dict[str, Any], *, source: str | os.PathLike[str] | None = None, default_name: str = "sweep"
 ) -> SweepSpec:
     """Validate a parsed sweep file and return the :class:`SweepSpec`.
 
+    Types and unknown keys are checked by the run configuration's validator
+    (:func:`mr2.config.schema.build_dataclass` on the file's schema), then ranges and the rules that
+    relate keys (the base configuration, the method entries, the reference, the devices).
     ``source`` is the file the mapping came from: ``base_config`` is resolved relative to it.
 
     Example:
@@ -307,168 +387,50 @@ def spec_from_dict(
         ...     print(str(error)[:60])
         unknown sweep key 'seed'; valid keys here: name, description
     """
-    if not isinstance(data, dict):
-        raise SweepSpecError(WRONG_TYPE.format(path="<root>", expected="a mapping", value=data))
-    _check_keys(data, _TOP_KEYS)
-    source_path = Path(source) if source is not None else None
-
-    if "base" in data and "base_config" in data:
-        raise SweepSpecError(BASE_BOTH)
-    if "base_config" in data:
-        if not isinstance(data["base_config"], str):
-            raise SweepSpecError(
-                WRONG_TYPE.format(path="base_config", expected="a file path", value=data["base_config"])
-            )
-        base_file = Path(data["base_config"]).expanduser()
-        if not base_file.is_absolute() and source_path is not None:
-            base_file = source_path.parent / base_file
-        try:
-            base = load_yaml(base_file)
-        except ConfigError as error:
-            raise SweepSpecError(str(error)) from error
-    else:
-        base = copy.deepcopy(_mapping(data.get("base"), "base"))
-    for key in _RESERVED:
-        if key in base:
-            raise SweepSpecError(RESERVED_KEY.format(path=f"base.{key}", key=key))
     try:
-        config_from_dict(base)
+        raw = build_dataclass(_SweepFile, data)
+        launcher = launcher_from_dict(raw.launcher)
     except ConfigError as error:
-        raise SweepSpecError(BASE_INVALID.format(error=error)) from error
+        raise _as_sweep_error(error) from error
+    source_path = Path(source) if source is not None else None
+    base = _load_base(raw, source_path)
 
-    required = data.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
-        raise SweepSpecError(
-            WRONG_TYPE.format(path="required", expected="a list of dotted keys", value=required)
-        )
-    unset = [key for key in required if _get_dotted(base, key) is None]
-    if unset:
-        raise SweepSpecError(
-            REQUIRED_UNSET.format(
-                keys=", ".join(unset), flags=" ".join(f"--set {key}=..." for key in unset)
-            )
-        )
-
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-        raise SweepSpecError(WRONG_TYPE.format(path="name", expected="a name without '/'", value=name))
-
-    shared_fixed, shared_axes = _split_settings(_mapping(data.get("grid"), "grid"), "grid")
-    if shared_fixed:
-        key = next(iter(shared_fixed))
-        raise SweepSpecError(
-            WRONG_TYPE.format(path=f"grid.{key}", expected="a list of values (a grid axis)",
-                              value=shared_fixed[key])
-        )
-
-    raw_methods = data.get("methods")
-    if raw_methods is None:
-        raise SweepSpecError(MISSING_KEY.format(path="methods", what="entry label -> settings"))
-    raw_methods = _mapping(raw_methods, "methods")
-    if not raw_methods:
-        raise SweepSpecError(NO_METHODS)
-    methods: list[MethodEntry] = []
-    for label, settings in raw_methods.items():
-        if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
-            raise SweepSpecError(BAD_LABEL.format(label=label))
-        fixed, axes = _split_settings(_mapping(settings, f"methods.{label}"), f"methods.{label}")
-        if "method.name" in axes:
-            raise SweepSpecError(
-                WRONG_TYPE.format(path=f"methods.{label}.method.name", expected="one method name",
-                                  value=axes["method.name"])
-            )
-        method = fixed.pop("method.name", label)
-        base_options = _get_dotted(base, "method.options") or {}
-        _check_method(label, method, {
-            **{f"method.options.{k}": None for k in base_options}, **shared_axes, **fixed, **axes,
-        })
-        methods.append(MethodEntry(label, method, fixed, {**shared_axes, **axes}))
-
-    raw_seeds = data.get("seeds", [0])
-    if isinstance(raw_seeds, int) and not isinstance(raw_seeds, bool):
-        seeds = list(range(_int(raw_seeds, "seeds", 1) or 1))
-    elif isinstance(raw_seeds, list) and raw_seeds:
-        seeds = [_int(s, f"seeds[{i}]", 0) or 0 for i, s in enumerate(raw_seeds)]
-        if len(set(seeds)) != len(seeds):
-            raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=seeds))
-    else:
-        raise SweepSpecError(
-            WRONG_TYPE.format(path="seeds", expected="a non-empty list of integers or a count",
-                              value=raw_seeds)
-        )
-
+    name = default_name if raw.name is None else raw.name
+    if not name or "/" in name or name in (".", ".."):
+        raise _wrong("name", "a name without '/'", name)
+    methods = _method_entries(raw, base)
+    seeds = _seeds(raw.seeds)
     labels = [m.label for m in methods]
-    reference = data.get("reference", labels[0])
+    reference = labels[0] if raw.reference is None else raw.reference
     if reference not in labels:
         raise SweepSpecError(UNKNOWN_REFERENCE.format(reference=reference, labels=", ".join(labels)))
+    if not raw.output_dir:
+        raise _wrong("output_dir", "a directory", raw.output_dir)
+    _check_report(raw.report)
+    _at_least(raw.workers, "workers", 1)
+    _at_least(raw.threads_per_run, "threads_per_run", 1, optional=True)
+    _at_least(raw.nproc_per_node, "nproc_per_node", 1, optional=True)
+    _check_devices(raw)
 
-    select_by = data.get("select_by", "val_accuracy")
-    if select_by not in SELECT_BY:
-        raise SweepSpecError(
-            WRONG_TYPE.format(path="select_by", expected="one of " + ", ".join(SELECT_BY), value=select_by)
-        )
-    output_dir = data.get("output_dir", "runs")
-    if not isinstance(output_dir, str) or not output_dir:
-        raise SweepSpecError(WRONG_TYPE.format(path="output_dir", expected="a directory", value=output_dir))
-    description = data.get("description", "")
-    if not isinstance(description, str):
-        raise SweepSpecError(WRONG_TYPE.format(path="description", expected="text", value=description))
-
-    report_data = _mapping(data.get("report"), "report")
-    _check_keys(report_data, _REPORT_KEYS, "report.")
-    report = ReportOptions(
-        tiers=_int(report_data.get("tiers"), "report.tiers", 1, optional=True),
-        bootstrap=_int(report_data.get("bootstrap", 1000), "report.bootstrap", 0) or 0,
-        plots=bool(report_data.get("plots", True)),
-    )
-    tier_source = report_data.get("tier_source", "test")
-    if tier_source not in ("test", "validation"):
-        raise SweepSpecError(
-            WRONG_TYPE.format(path="report.tier_source", expected="'test' or 'validation'", value=tier_source)
-        )
-    report.tier_source = tier_source
-    for key in ("bottom_fraction", "alpha"):
-        if key in report_data:
-            value = report_data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise SweepSpecError(
-                    WRONG_TYPE.format(path=f"report.{key}", expected="a number in (0, 1)", value=value)
-                )
-            setattr(report, key, float(value))
-
-    workers = _int(data.get("workers", 1), "workers", 1) or 1
-    nproc_per_node = _int(data.get("nproc_per_node"), "nproc_per_node", 1, optional=True)
-    devices = data.get("devices")
-    if devices is not None:
-        if not isinstance(devices, list) or not devices or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
-        ):
-            raise SweepSpecError(
-                WRONG_TYPE.format(path="devices", expected="a list of GPU ids (integers >= 0) or null",
-                                  value=devices)
-            )
-        per_run = nproc_per_node or 1
-        if len(devices) < workers * per_run:
-            raise SweepSpecError(
-                TOO_FEW_DEVICES.format(count=len(devices), workers=workers, per_run=per_run,
-                                       needed=workers * per_run)
-            )
-
+    saved = {key: value for key, value in data.items() if key != "base_config"}
+    saved["base"] = copy.deepcopy(base)
     return SweepSpec(
         name=name,
         base=base,
         methods=methods,
         seeds=seeds,
         reference=reference,
-        output_dir=output_dir,
-        workers=workers,
-        select_by=select_by,
-        threads_per_run=_int(data.get("threads_per_run"), "threads_per_run", 1, optional=True),
-        nproc_per_node=nproc_per_node,
-        devices=devices,
-        description=description,
-        report=report,
+        output_dir=raw.output_dir,
+        workers=raw.workers,
+        select_by=raw.select_by,
+        threads_per_run=raw.threads_per_run,
+        nproc_per_node=raw.nproc_per_node,
+        devices=raw.devices,
+        description=raw.description,
+        report=raw.report,
         source=source_path,
+        launcher=launcher,
+        data=saved,
     )
 
 

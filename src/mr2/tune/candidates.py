@@ -1,0 +1,88 @@
+"""The configurations ``mr2 tune`` compares: ERM and MR2 variants over ``c_bar``, as sweep entries.
+
+``quick``: ERM and the MR2 variants ``paper``, ``logit_only`` and ``distance_1d`` at ``c_bar = 1``
+(4 candidates). ``full``: ERM and every variant of :data:`FULL_VARIANTS` at ``c_bar`` in
+{0.5, 1, 2}. A candidate is a plain method entry of a sweep (:mod:`mr2.sweep`); nothing here runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mr2.sweep.plan import format_value
+
+__all__ = [
+    "CANDIDATE_SETS",
+    "FULL_C_BARS",
+    "FULL_VARIANTS",
+    "PENDING_VARIANTS",
+    "QUICK_VARIANTS",
+    "REFERENCE_LABEL",
+    "Candidate",
+    "candidates",
+]
+
+#: The label of the reference candidate (plain cross-entropy).
+REFERENCE_LABEL = "erm"
+#: Variants of ``quick``, each at ``c_bar = 1``.
+QUICK_VARIANTS = ("paper", "logit_only", "distance_1d")
+#: Variants that belong in ``full`` once :meth:`mr2.losses.MR2Loss.from_variant` knows them (issue 11
+#: item 3's additive-margin form); they are added automatically when it does.
+PENDING_VARIANTS = ("additive_margin",)
+#: ``c_bar`` values of ``full``.
+FULL_C_BARS = (0.5, 1.0, 2.0)
+
+
+def _known(variants: tuple[str, ...]) -> tuple[str, ...]:
+    from mr2.losses.mr2 import VARIANTS
+
+    return tuple(v for v in variants if v in VARIANTS)
+
+
+#: Variants of ``full`` (the pending ones the installed MR2 loss knows included).
+FULL_VARIANTS = QUICK_VARIANTS + _known(PENDING_VARIANTS)
+#: The candidate sets ``--candidates`` accepts.
+CANDIDATE_SETS = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to compare: a sweep entry label, a method and its options.
+
+    Example:
+        >>> [c.label for c in candidates("quick")]
+        ['erm', 'mr2-paper-c1', 'mr2-logit_only-c1', 'mr2-distance_1d-c1']
+        >>> candidates("quick")[2].entry()
+        {'method.name': 'mr2', 'method.options.variant': 'logit_only', 'method.options.c_bar': 1.0}
+    """
+
+    label: str
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.label == REFERENCE_LABEL
+
+    def entry(self) -> dict[str, Any]:
+        """The sweep method entry (dotted keys -> fixed values)."""
+        return {"method.name": self.method, **{f"method.options.{k}": v for k, v in self.options.items()}}
+
+    def method_block(self) -> dict[str, Any]:
+        """The ``method:`` section of a run configuration that trains this candidate."""
+        return {"name": self.method, "options": dict(self.options)}
+
+
+def _mr2(variant: str, c_bar: float) -> Candidate:
+    return Candidate(f"mr2-{variant}-c{format_value(c_bar)}", "mr2", {"variant": variant, "c_bar": c_bar})
+
+
+def candidates(name: str) -> list[Candidate]:
+    """The candidates of set ``name`` (``quick`` or ``full``), ERM first."""
+    if name not in CANDIDATE_SETS:
+        raise ValueError(name)
+    erm = Candidate(REFERENCE_LABEL, "erm")
+    if name == "quick":
+        return [erm, *(_mr2(variant, 1.0) for variant in QUICK_VARIANTS)]
+    return [erm, *(_mr2(variant, c_bar) for variant in FULL_VARIANTS for c_bar in FULL_C_BARS)]

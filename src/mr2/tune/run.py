@@ -1,0 +1,373 @@
+"""``mr2 tune`` as a library call: select on validation with one sweep, confirm on fresh seeds with
+another, write ``recommendation.json``.
+
+Layout of ``<output_dir>/<name>/``::
+
+    selection/       the selection sweep (every candidate x the selection seeds); no report
+    confirmation/    the confirmation sweep (the recommendation and ERM x fresh seeds) and its report
+    recommendation.json
+
+Both phases are plain sweeps (:func:`mr2.sweep.run_sweep`): finished runs are reused, interrupted
+ones resume, the trainers never outlive the command. The choice is made by
+:func:`mr2.tune.selection.choose` from the selection runs' validation sections only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+import mr2
+from mr2.config import RunConfig, config_to_dict
+from mr2.io import atomic_write_json
+from mr2.report.tables import comparison_markdown
+from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
+from mr2.sweep.plan import RunPoint
+from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
+from mr2.tune.selection import CRITERIA, Choice, TuneSelectionError, choose, read_candidate_runs, rule_text
+
+__all__ = [
+    "RECOMMENDATION_FILE",
+    "TuneInputError",
+    "TuneOutcome",
+    "TuneRequest",
+    "describe_tune",
+    "make_request",
+    "preflight",
+    "run_tune",
+]
+
+RECOMMENDATION_FILE = "recommendation.json"
+NO_VALIDATION_SPLIT = (
+    "mr2 tune chooses on the validation split, but the configuration has data.val_fraction: 0; set "
+    "it above 0 (e.g. --set data.val_fraction=0.1)"
+)
+UNKNOWN_CRITERION = "unknown criterion {value!r}; choose one of: {choices}"
+UNKNOWN_CANDIDATES = "unknown candidate set {value!r}; choose one of: {choices}"
+BAD_SEEDS = (
+    "{flag} must be a count >= {minimum} or a comma-separated list of distinct seeds >= 0; got {value!r}"
+)
+TOO_FEW_SEEDS = "{flag} needs at least 2 seeds (the rule uses the seed standard error); got {count}"
+OVERLAPPING_SEEDS = (
+    "selection seeds {selection} and confirmation seeds {confirmation} overlap in {common}; the "
+    "confirmation must use fresh seeds"
+)
+BAD_NAME = "--name must be a non-empty name without '/'; got {value!r}"
+SELECTION_FAILED = "no recommendation: {error}"
+
+
+class TuneInputError(ValueError):
+    """Bad input to ``mr2 tune``; the message says what was wrong and how to fix it."""
+
+
+@dataclass
+class TuneRequest:
+    """A validated ``mr2 tune`` invocation.
+
+    Attributes:
+        config: the user's run configuration (the candidates' common base).
+        name: the tune directory's name under ``output_dir``.
+        output_dir: where the tune directory goes.
+        seeds: selection seeds.
+        confirm_seeds: confirmation seeds (disjoint from ``seeds``).
+        candidate_set: ``quick`` or ``full``.
+        criterion: one of :data:`mr2.tune.selection.CRITERIA`.
+        workers: runs in parallel.
+        threads_per_run: torch threads per run (None: cores // workers).
+    """
+
+    config: RunConfig
+    name: str
+    output_dir: str
+    seeds: list[int]
+    confirm_seeds: list[int]
+    candidate_set: str = "quick"
+    criterion: str = "hard_tier"
+    workers: int = 1
+    threads_per_run: int | None = None
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return candidates(self.candidate_set)
+
+
+def _seeds(value: str | int | None, flag: str, default: int, start: int = 0) -> list[int]:
+    if value is None:
+        value = default
+    text = str(value).strip()
+    if text.isdigit() and "," not in text:
+        count = int(text)
+        if count < 2:
+            raise TuneInputError(TOO_FEW_SEEDS.format(flag=flag, count=count))
+        return list(range(start, start + count))
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise TuneInputError(BAD_SEEDS.format(flag=flag, minimum=2, value=value)) from None
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise TuneInputError(BAD_SEEDS.format(flag=flag, minimum=2, value=value))
+    if len(seeds) < 2:
+        raise TuneInputError(TOO_FEW_SEEDS.format(flag=flag, count=len(seeds)))
+    return seeds
+
+
+def make_request(
+    config: RunConfig,
+    *,
+    name: str,
+    output_dir: str | None = None,
+    seeds: str | int | None = None,
+    confirm_seeds: str | int | None = None,
+    candidate_set: str = "quick",
+    criterion: str = "hard_tier",
+    workers: int = 1,
+    threads_per_run: int | None = None,
+) -> TuneRequest:
+    """Validate the arguments of ``mr2 tune`` (counts give consecutive seeds; confirmation seeds
+    start after the largest selection seed).
+
+    Raises:
+        TuneInputError: the first problem found.
+    """
+    if criterion not in CRITERIA:
+        raise TuneInputError(UNKNOWN_CRITERION.format(value=criterion, choices=", ".join(CRITERIA)))
+    if candidate_set not in CANDIDATE_SETS:
+        choices = ", ".join(CANDIDATE_SETS)
+        raise TuneInputError(UNKNOWN_CANDIDATES.format(value=candidate_set, choices=choices))
+    if config.data.val_fraction <= 0:
+        raise TuneInputError(NO_VALIDATION_SPLIT)
+    if not name or "/" in name or name in (".", ".."):
+        raise TuneInputError(BAD_NAME.format(value=name))
+    selection = _seeds(seeds, "--seeds", 3)
+    confirmation = _seeds(confirm_seeds, "--confirm-seeds", 3, start=max(selection) + 1)
+    common = sorted(set(selection) & set(confirmation))
+    if common:
+        raise TuneInputError(OVERLAPPING_SEEDS.format(selection=selection, confirmation=confirmation,
+                                                      common=common))
+    return TuneRequest(config, name, output_dir or config.output_dir, selection, confirmation, candidate_set,
+                       criterion, max(1, workers), threads_per_run)
+
+
+def _base(config: RunConfig) -> dict[str, Any]:
+    base = config_to_dict(config)
+    for key in ("name", "seed", "output_dir"):
+        base.pop(key)
+    base["method"] = {"name": REFERENCE_LABEL, "options": {}}
+    return base
+
+
+def _spec(request: TuneRequest, phase: str, entries: list[Candidate], seeds: list[int]) -> SweepSpec:
+    return spec_from_dict({
+        "name": phase,
+        "description": f"mr2 tune {request.name}: {phase}",
+        "output_dir": str(request.directory),
+        "base": _base(request.config),
+        "methods": {c.label: c.entry() for c in entries},
+        "seeds": seeds,
+        "reference": REFERENCE_LABEL,
+        "select_by": "val_accuracy",
+        "workers": request.workers,
+        "threads_per_run": request.threads_per_run,
+        # Tiers of the confirmation report from ERM's validation split, like the choice.
+        "report": {"tier_source": "validation", "bootstrap": 1000, "plots": False},
+    })
+
+
+def selection_spec(request: TuneRequest) -> SweepSpec:
+    """The selection sweep: every candidate x the selection seeds."""
+    return _spec(request, "selection", request.candidates, request.seeds)
+
+
+def confirmation_spec(request: TuneRequest, recommended: Candidate) -> SweepSpec:
+    """The confirmation sweep: the recommendation and ERM x the fresh seeds (ERM alone if chosen)."""
+    entries = [c for c in request.candidates if c.is_reference or c.label == recommended.label]
+    return _spec(request, "confirmation", entries, request.confirm_seeds)
+
+
+def preflight(request: TuneRequest) -> None:
+    """Build what ``mr2 train`` builds before training (every candidate's configuration, the data,
+    the model, each method), so bad input fails here, before anything is written.
+
+    Raises:
+        mr2.sweep.SweepSpecError, and the errors of :func:`mr2.cli.errors.user_errors`.
+    """
+    import torch
+
+    from mr2.engine.builders import build_data, build_model_for
+    from mr2.methods.registry import build_method
+
+    plan_sweep(selection_spec(request))  # every candidate's run configuration validates
+    config = request.config
+    if config.regime == "linear_probe":
+        return  # building its data means extracting features: left to the first run
+    data = build_data(config, torch.device("cpu"))
+    build_model_for(config, data)
+    for candidate in request.candidates:
+        build_method(candidate.method, data.num_classes, **candidate.options)
+
+
+def _groups(points: list[RunPoint]) -> dict[str, list[Path]]:
+    groups: dict[str, list[Path]] = {}
+    for point in points:
+        groups.setdefault(point.label, []).append(point.run_dir)
+    return groups
+
+
+def _percent(value: float) -> str:
+    return "n/a" if value != value else f"{100 * value:.2f}"
+
+
+def choice_table(choice: Choice) -> str:
+    """Markdown table of every candidate's validation figures (percent, mean ± seed SE)."""
+    lines = ["| candidate | seeds | validation score | validation overall | eligible |",
+             "|---|---|---|---|---|"]
+    for score in choice.scores:
+        mark = " (recommended)" if score.label == choice.recommended else ""
+        lines.append(
+            f"| {score.label}{mark} | {len(score.runs)} | {_percent(score.mean)} ± {_percent(score.se)} | "
+            f"{_percent(score.overall_mean)} ± {_percent(score.overall_se)} | "
+            f"{'yes' if score.eligible else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def _git_commit() -> str | None:
+    root = Path(mr2.__file__).resolve().parent.parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        result = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def method_yaml(candidate: Candidate) -> str:
+    """The ready-to-paste ``method:`` block of a run configuration."""
+    return yaml.safe_dump({"method": candidate.method_block()}, sort_keys=False)
+
+
+@dataclass
+class TuneOutcome:
+    """What ``mr2 tune`` produced.
+
+    Attributes:
+        request: the invocation.
+        selection: the selection sweep's result.
+        choice: the rule's outcome (None if it could not be applied).
+        confirmation: the confirmation sweep's result (None without a choice).
+        recommendation_file: ``recommendation.json`` (None without a choice).
+        error: why there is no recommendation ("" otherwise).
+    """
+
+    request: TuneRequest
+    selection: SweepResult
+    choice: Choice | None = None
+    confirmation: SweepResult | None = None
+    recommendation_file: Path | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (self.choice is not None and self.selection.ok and self.confirmation is not None
+                and self.confirmation.ok)
+
+
+def describe_tune(request: TuneRequest) -> str:
+    """The rule, the candidates and the runs with their cost (for ``--dry-run`` and the start)."""
+    points = plan_sweep(selection_spec(request))
+    epochs = request.config.optim.epochs
+    confirm_runs = 2 * len(request.confirm_seeds)
+    lines = [
+        f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates)} candidates "
+        f"({request.candidate_set}), criterion {request.criterion}",
+        "",
+        "Rule: " + textwrap.fill(rule_text(request.criterion), 100, subsequent_indent="  "),
+        "",
+        f"selection: {len(points)} runs ({len(request.candidates)} candidates x seeds {request.seeds}), "
+        f"{epochs} epochs each = {len(points) * epochs} epochs",
+        f"confirmation: up to {confirm_runs} runs (the recommendation and ERM x fresh seeds "
+        f"{request.confirm_seeds}) = {confirm_runs * epochs} epochs",
+    ]
+    for point in points:
+        state = "finished" if point.directory.is_finished else "to run"
+        lines.append(f"  {point.name:<40} {state}")
+    return "\n".join(lines)
+
+
+def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutcome:
+    """Select on validation, confirm on fresh seeds, write ``recommendation.json``; progress and
+    results go to ``stream`` (default stdout).
+
+    Raises:
+        mr2.sweep.SweepInterrupted: stopped by a signal (the trainers were stopped; re-run resumes).
+    """
+    out = stream if stream is not None else sys.stdout
+    print(describe_tune(request), file=out, flush=True)
+    print("\n== selection (validation split only)", file=out, flush=True)
+    spec = selection_spec(request)
+    selection = run_sweep(spec, stream=out, report=False)
+    outcome = TuneOutcome(request, selection)
+    try:
+        choice = choose(read_candidate_runs(_groups(selection.points)), request.criterion, REFERENCE_LABEL)
+    except TuneSelectionError as error:
+        outcome.error = SELECTION_FAILED.format(error=error)
+        print(f"\n{outcome.error}", file=out)
+        return outcome
+    outcome.choice = choice
+    recommended = next(c for c in request.candidates if c.label == choice.recommended)
+    print("\nRule: " + textwrap.fill(rule_text(request.criterion), 100, subsequent_indent="  "), file=out)
+    print("\n" + choice_table(choice), file=out)
+    print("\n" + choice.explanation, file=out, flush=True)
+
+    print(f"\n== confirmation on fresh seeds {request.confirm_seeds} (test split)", file=out, flush=True)
+    confirmation = run_sweep(confirmation_spec(request, recommended), stream=out, plots=False)
+    outcome.confirmation = confirmation
+    figures: dict[str, Any] | None = None
+    report_file = None
+    if confirmation.report is not None:
+        report_file = confirmation.report.directory / "report.json"
+        report = json.loads(report_file.read_text())
+        figures = {key: report.get(key) for key in ("reference", "tiers", "methods")}
+    record = {
+        "method": recommended.method,
+        "options": recommended.options,
+        "label": recommended.label,
+        "recommendation_is_erm": recommended.is_reference,
+        "criterion": request.criterion,
+        "rule": rule_text(request.criterion),
+        "candidate_set": request.candidate_set,
+        "selection": {"seeds": request.seeds, "split": "validation", **choice.to_dict()},
+        "confirmation": {
+            "seeds": request.confirm_seeds,
+            "split": "test",
+            "report": None if report_file is None else str(report_file),
+            "figures": figures,
+            "error": confirmation.report_error or None,
+        },
+        "base_config": config_to_dict(request.config),
+        "mr2_version": mr2.__version__,
+        "git_commit": _git_commit(),
+    }
+    outcome.recommendation_file = request.directory / RECOMMENDATION_FILE
+    atomic_write_json(outcome.recommendation_file, record)
+    print("\nRecommended (chosen on validation; paste into your run configuration):\n", file=out)
+    print(textwrap.indent(method_yaml(recommended), "    "), file=out)
+    if confirmation.report is not None:
+        print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
+        print(comparison_markdown(confirmation.report.output.comparison), file=out)
+        print(f"\nReport: {confirmation.report.markdown_path}", file=out)
+    print(f"Recommendation: {outcome.recommendation_file}", file=out, flush=True)
+    return outcome

@@ -1,0 +1,137 @@
+"""ClasswiseDisparity (a torchmetrics Metric): equals DisparityReport.from_predictions, flattens for
+log_dict, and 2 gloo processes give what 1 process gives."""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torchmetrics import Metric
+
+from mr2.metrics import ClasswiseDisparity
+from mr2.metrics import classwise_disparity as metric_module
+from mr2.report import DisparityReport, TierSplit
+from mr2.report.exceptions import MissingClassWarning, ReportError
+
+
+def batches(seed: int, num_samples: int, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, num_classes, (num_samples,), generator=generator)
+    logits = torch.randn(num_samples, num_classes, generator=generator)
+    logits[torch.arange(num_samples), target] += 0.8
+    return logits, target
+
+
+def test_is_a_torchmetrics_metric_with_a_summed_confusion_state() -> None:
+    metric = ClasswiseDisparity(4)
+    assert isinstance(metric, Metric)
+    assert metric._reductions["confusion"] is not None
+    assert metric._defaults["confusion"].shape == (4, 4)
+    assert metric._defaults["confusion"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("num_classes", [2, 10, 100])
+def test_equals_from_predictions_exactly(num_classes: int) -> None:
+    logits, target = batches(num_classes, 1500, num_classes)
+    names = [f"class {k}" for k in range(num_classes)]
+    metric = ClasswiseDisparity(num_classes, class_names=names)
+    for start in range(0, 1500, 64):  # logits in some batches, ids in others
+        chunk = slice(start, start + 64)
+        preds = logits[chunk] if start % 128 == 0 else logits[chunk].argmax(dim=1)
+        metric.update(preds, target[chunk])
+    ours = metric.compute()
+    expected = DisparityReport.from_predictions(logits, target, num_classes, class_names=names)
+    np.testing.assert_array_equal(ours.confusion, expected.confusion)
+    assert ours.to_dict() == expected.to_dict()
+
+
+def test_to_log_dict_names_and_values() -> None:
+    logits, target = batches(1, 400, 5)
+    names = ["ant", "bee", "cat", "dog", "eel"]
+    tiers = TierSplit.from_accuracy([0.9, 0.8, 0.7, 0.6, 0.5], 2)
+    metric = ClasswiseDisparity(5, class_names=names, tiers=tiers)
+    metric.update(logits, target)
+    logged = metric.to_log_dict("val/")
+    report = DisparityReport.from_predictions(logits, target, 5, tiers=tiers)
+    assert all(isinstance(v, float) for v in logged.values())
+    assert logged["val/overall"] == report.overall
+    assert logged["val/worst_class_accuracy"] == report.group_min()
+    assert logged["val/best_class_accuracy"] == report.group_max()
+    assert logged["val/difference"] == report.difference()
+    assert logged["val/bottom_mean"] == report.bottom_mean()
+    assert logged["val/tier/easy"] == report.tier_accuracy()["easy"]
+    assert logged["val/tier/hard"] == report.tier_accuracy()["hard"]
+    for k, name in enumerate(names):
+        assert logged[f"val/class_accuracy/{name}"] == report.by_class[k]
+    assert len(logged) == 7 + 2 + 5
+    # Without names the classes are logged by id; without tiers no tier is logged.
+    plain = ClasswiseDisparity(5)
+    plain.update(logits, target)
+    assert "class_accuracy/4" in plain.to_log_dict() and not any("tier/" in k for k in plain.to_log_dict())
+
+
+def test_absent_class_is_nan_and_reset_clears() -> None:
+    metric = ClasswiseDisparity(3)
+    metric.update(torch.tensor([0, 1, 1]), torch.tensor([0, 1, 0]))
+    with pytest.warns(MissingClassWarning):
+        logged = metric.to_log_dict()
+    assert math.isnan(logged["class_accuracy/2"]) and logged["class_accuracy/0"] == 0.5
+    metric.reset()
+    assert int(metric.confusion.sum()) == 0
+    metric.update(torch.tensor([2, 1, 0]), torch.tensor([2, 1, 0]))
+    assert metric.compute().confusion.tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(0)
+    assert str(info.value) == metric_module.NUM_CLASSES_INVALID.format(value=0)
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(3, class_names=["a"])
+    assert str(info.value) == metric_module.CLASS_NAMES_MISMATCH.format(num_names=1, num_classes=3)
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(3, tiers=TierSplit.from_accuracy([0.5, 0.4], 2))
+    assert str(info.value) == metric_module.TIERS_MISMATCH.format(expected=2, actual=3)
+    metric = ClasswiseDisparity(3)
+    with pytest.raises(ReportError, match="class ids outside"):
+        metric.update(torch.tensor([0, 3]), torch.tensor([0, 1]))
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
+def test_two_processes_equal_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchmetrics' DDP pattern: each of 2 gloo ranks updates with its share; compute() on every
+    rank equals one process that saw every sample."""
+    import torch.multiprocessing as mp
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", ":".join(p for p in sys.path if p))
+    import dist_metric_worker as worker
+
+    mp.spawn(worker.run, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    logits, target = worker.data()
+    single = ClasswiseDisparity(worker.NUM_CLASSES, class_names=worker.NAMES)
+    single.update(logits, target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingClassWarning)
+        expected = single.to_log_dict("test/")
+        confusion = torch.as_tensor(single.compute().confusion)
+    locals_ = []
+    for rank in range(2):
+        result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        torch.testing.assert_close(result["confusion"], confusion, rtol=0, atol=0)
+        assert result["log_names"] == list(expected)
+        torch.testing.assert_close(
+            result["log_values"], torch.tensor(list(expected.values()), dtype=torch.float64),
+            rtol=0, atol=0, equal_nan=True,
+        )
+        locals_.append(result["local"])
+    # Each rank's own state holds only its share: the sum is the whole, neither part is.
+    torch.testing.assert_close(locals_[0] + locals_[1], confusion)
+    assert int(locals_[0].sum()) == 102 and int(locals_[1].sum()) == 101

@@ -1,0 +1,158 @@
+"""``mr2 tune`` end to end on a small .npz: selection, confirmation, recommendation.json, resume, and
+proof that test numbers cannot reach the choice; bad input is exit 2 before anything is written."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mr2.cli.main import main
+from mr2.config import load_config
+from mr2.sweep import plan_sweep
+from mr2.tune.run import (
+    BAD_SEEDS,
+    NO_VALIDATION_SPLIT,
+    OVERLAPPING_SEEDS,
+    TOO_FEW_SEEDS,
+    UNKNOWN_CANDIDATES,
+    UNKNOWN_CRITERION,
+    make_request,
+    selection_spec,
+)
+from mr2.tune.selection import choose, read_candidate_runs
+from sweep.conftest import write_npz
+
+#: Fields of final.json that describe the test split (everything but the validation section and the
+#: run's identity).
+TEST_FIELDS = ("overall_accuracy", "per_class_accuracy", "confusion_matrix", "class_statistics", "logit_margins")
+
+
+def _config(tmp: Path, **data: object) -> Path:
+    npz = write_npz(tmp / "data.npz", num_classes=6, dim=8, train_per_class=48, test_per_class=20)
+    config = {
+        "data": {"name": "arrays", "root": str(npz), "val_fraction": 0.25, "batch_size": 32,
+                 "eval_batch_size": 256, **data},
+        "model": {"name": "mlp", "options": {"hidden_dims": [32]}},
+        "optim": {"name": "sgd", "lr": 0.05, "epochs": 3},
+        "device": "cpu",
+        "deterministic": True,
+        "log_every": 5,
+    }
+    file = tmp / "run.yaml"
+    file.write_text(yaml.safe_dump(config))
+    return file
+
+
+def _groups(request) -> dict[str, list[Path]]:
+    groups: dict[str, list[Path]] = {}
+    for point in plan_sweep(selection_spec(request)):
+        groups.setdefault(point.label, []).append(point.run_dir)
+    return groups
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tune")
+    config = _config(tmp)
+    args = ["tune", "--config", str(config), "--seeds", "3", "--confirm-seeds", "3", "--workers", "2",
+            "--output-dir", str(tmp / "out"), "--name", "t"]
+    return tmp, config, args
+
+
+def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned, capsys):
+    tmp, config, args = tuned
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    directory = tmp / "out" / "t"
+    record = json.loads((directory / "recommendation.json").read_text())
+    # The rule is stated before anything runs, and again with the result.
+    rule = record["rule"].split(".")[0]
+    assert out.index("Rule: ") < out.index("== selection") < out.rindex("Rule: ")
+    assert rule.split()[0] in out
+    # The choice, recomputed from the validation sections, is the recorded one.
+    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"))
+    choice = choose(read_candidate_runs(_groups(request)), "hard_tier")
+    assert record["selection"]["recommended"] == choice.recommended == record["label"]
+    assert record["selection"]["candidates"] == [s.to_dict() for s in choice.scores]
+    assert [c["label"] for c in record["selection"]["candidates"]] == [
+        "erm", "mr2-paper-c1", "mr2-logit_only-c1", "mr2-distance_1d-c1"]
+    assert all(len(c["runs"]) == 3 for c in record["selection"]["candidates"])
+    assert record["selection"]["seeds"] == [0, 1, 2] and record["confirmation"]["seeds"] == [3, 4, 5]
+    assert record["criterion"] == "hard_tier" and record["mr2_version"]
+    assert choice.explanation in out
+    # The ready-to-paste block and the confirmation (test split, the chosen config and ERM).
+    block = out.split("paste into your run configuration):\n", 1)[1].split("Confirmation on fresh seeds")[0]
+    method = yaml.safe_load(textwrap.dedent(block))["method"]
+    assert method == {"name": record["method"], "options": record["options"]}
+    assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
+    methods = record["confirmation"]["figures"]["methods"]
+    expected = {"erm"} | {record["label"]}
+    assert set(methods) == expected
+    for label in expected:
+        assert methods[label]["seeds"] == [3, 4, 5]
+    assert "| method | seeds | overall | easy | medium | hard |" in out
+    confirmation_runs = sorted(p.name for p in (directory / "confirmation").iterdir() if "__seed=" in p.name)
+    assert confirmation_runs == sorted(f"{label}__seed={s}" for label in expected for s in (3, 4, 5))
+
+
+def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tuned, capsys):
+    tmp, config, args = tuned
+    directory = tmp / "out" / "t"
+    before = (directory / "recommendation.json").read_text()
+    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"))
+    groups = _groups(request)
+    choice = choose(read_candidate_runs(groups), "hard_tier").to_dict()
+    # Corrupt every test field of every selection run: make one candidate perfect on test and every
+    # other one worthless, the opposite of whatever the validation split said.
+    favoured = next(label for label in groups if label != choice["recommended"])
+    for label, paths in groups.items():
+        for path in paths:
+            file = path / "final.json"
+            final = json.loads(file.read_text())
+            value = 1.0 if label == favoured else 0.0
+            k = len(final["per_class_accuracy"])
+            final["overall_accuracy"] = value
+            final["per_class_accuracy"] = [value] * k
+            final["confusion_matrix"] = [[7 if i == j or value == 0.0 else 0 for j in range(k)] for i in range(k)]
+            final["class_statistics"] = {"garbage": [value] * k}
+            final["logit_margins"] = {"mean": [value * 99] * k}
+            assert set(TEST_FIELDS) <= set(final)
+            file.write_text(json.dumps(final))
+    assert choose(read_candidate_runs(groups), "hard_tier").to_dict() == choice
+    # The whole command again: every run is reused and the recommendation is byte-identical.
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "12 skipped (finished earlier)" in out and "0 run(s) trained" in out
+    assert (directory / "recommendation.json").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("changes", "extra", "message"),
+    [
+        ({"val_fraction": 0.0}, [], NO_VALIDATION_SPLIT),
+        ({}, ["--criterion", "best"], UNKNOWN_CRITERION.format(value="best",
+                                                               choices="hard_tier, worst_class, overall")),
+        ({}, ["--candidates", "all"], UNKNOWN_CANDIDATES.format(value="all", choices="quick, full")),
+        ({}, ["--seeds", "0,1,2", "--confirm-seeds", "2,3"],
+         OVERLAPPING_SEEDS.format(selection=[0, 1, 2], confirmation=[2, 3], common=[2])),
+        ({}, ["--seeds", "1"], TOO_FEW_SEEDS.format(flag="--seeds", count=1)),
+        ({}, ["--confirm-seeds", "a,b"], BAD_SEEDS.format(flag="--confirm-seeds", minimum=2, value="a,b")),
+        ({"batch_sise": 3}, [], "unknown config key 'data.batch_sise'"),
+        ({}, ["--set", "model.name=resnet_9000"], "unknown model 'resnet_9000'"),
+        ({}, ["--set", "data.root=/nonexistent/data.npz"], "/nonexistent/data.npz"),
+    ],
+    ids=["no-validation", "criterion", "candidates", "overlap", "one-seed", "bad-seeds", "config-key",
+         "model-name", "data-root"],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, changes, extra, message):
+    config = _config(tmp_path, **changes)
+    out_dir = tmp_path / "out"
+    code = main(["tune", "--config", str(config), "--output-dir", str(out_dir), *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("mr2 tune: error: ") and message in err and err.count("\n") == 1
+    assert not out_dir.exists()
