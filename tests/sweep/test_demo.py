@@ -34,7 +34,7 @@ def test_demo_runs_the_preset_and_prints_the_table(tmp_path, capsys):
     assert re.search(r"^erm +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\S", out, re.MULTILINE)
     assert re.search(r"^mr2 - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
     assert re.search(r"^mr2_logit_only - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
-    assert "mr2_logit_only: the recommended variant" in out
+    assert "mr2_logit_only: a labelled variant" in out and "mr2 tune --config" in out
     report = tmp_path / "runs" / "demo" / "report" / "report.md"
     assert f"Report: {report}" in out and report.is_file()
     markdown = report.read_text()

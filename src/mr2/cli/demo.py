@@ -1,7 +1,7 @@
 """``mr2 demo`` (what ``make demo`` runs): ERM against MR2 on Fashion-MNIST, a real comparison.
 
 It runs the ``demo`` preset (``src/mr2/presets/demo.yaml``: the reference CPU protocol's small CNN;
-ERM, MR2 with the paper's defaults and the recommended variant ``logit_only``, one seed each, two
+ERM, MR2 with the paper's defaults and the labelled variant ``logit_only``, one seed each, two
 runs in parallel) as a sweep into ``runs/demo``, then prints the
 comparison table (overall, easy / medium / hard tiers ranked by ERM, worst class) and the paths of
 the report and its plots. Running it again reuses the finished runs (and resumes interrupted ones).
@@ -180,8 +180,9 @@ def run(args: argparse.Namespace) -> int:
     print(comparison_table(comparison), file=out)
     if any(entry.label == "mr2_logit_only" for entry in spec.methods):
         print(
-            "\nmr2: the paper's defaults; mr2_logit_only: the recommended variant (the temperature term "
-            "alone). BENCHMARKS.md has the 5-seed numbers.",
+            "\nmr2: the paper's defaults; mr2_logit_only: a labelled variant (the temperature term "
+            "alone). One seed shows little: BENCHMARKS.md has the 5-seed numbers and the regime map, "
+            "and `mr2 tune --config RUN.yaml` chooses a configuration on your own validation data.",
             file=out,
         )
     print(f"\nReport: {result.report.markdown_path}", file=out)
