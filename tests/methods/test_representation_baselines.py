@@ -21,6 +21,7 @@ from mr2.methods import center_loss as center_module
 from mr2.methods import hbr as hbr_module
 from mr2.methods import supcon as supcon_module
 from mr2.methods.registry import MethodConfigError, build_method
+from mr2.methods.stages import BAD_STAGE1_VALUE
 
 OPTIONS = {"center_loss": {"lambda_center": 0.5}, "supcon": {}, "hbr": {"stage1_epochs": 2}}
 EPOCHS = 4
@@ -241,7 +242,7 @@ def test_hbr_measures_hardness_in_stage_one_and_resamples_after_it(estimator):
         ("hbr", {"alpha": 0.5}, hbr_module.BAD_ALPHA.format(value=0.5)),
         ("hbr", {"oversampling": "SMOTE"}, hbr_module.BAD_OVERSAMPLING.format(value="SMOTE")),
         ("hbr", {"undersampling": "hard"}, hbr_module.BAD_UNDERSAMPLING.format(value="hard")),
-        ("hbr", {"stage1_epochs": 0}, hbr_module.BAD_STAGE1.format(epochs="?", value=0)),
+        ("hbr", {"stage1_epochs": 0}, BAD_STAGE1_VALUE.format(method="hbr", value=0)),
         ("hbr", {"estimator": "forgetting"}, hbr_module.BAD_ESTIMATOR.format(value="forgetting")),
     ],
 )

@@ -13,6 +13,7 @@ from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import MethodConfigError, register_method
+from mr2.methods.stages import check_stage1_option, resolve_stage1
 from mr2.report.margins import logit_margins
 
 __all__ = ["HBR"]
@@ -21,10 +22,6 @@ Oversampling = Literal["random", "none"]
 Undersampling = Literal["easy", "none"]
 Estimator = Literal["aum", "loss"]
 
-BAD_STAGE1 = (
-    "hbr option stage1_epochs must be an integer >= 1 and smaller than the number of epochs "
-    "({epochs}), so that the resampled stage has at least one epoch; got {value!r}."
-)
 BAD_ALPHA = "hbr option alpha must be a number >= 1 (1: the class counts the hardness gives); got {value!r}."
 BAD_OVERSAMPLING = "hbr option oversampling must be one of ['random', 'none']; got {value!r}."
 BAD_UNDERSAMPLING = "hbr option undersampling must be one of ['easy', 'none']; got {value!r}."
@@ -94,10 +91,7 @@ class HBR(TrainingMethod):
     ) -> None:
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
-        if stage1_epochs is not None and (
-            isinstance(stage1_epochs, bool) or not isinstance(stage1_epochs, int) or stage1_epochs < 1
-        ):
-            raise MethodConfigError(BAD_STAGE1.format(epochs="?", value=stage1_epochs))
+        check_stage1_option("hbr", stage1_epochs, MethodConfigError)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
         if oversampling not in ("random", "none"):
@@ -127,12 +121,9 @@ class HBR(TrainingMethod):
         self._seed = 0
 
     def setup(self, context: MethodContext) -> None:
-        t = self.requested_stage1_epochs
-        if t is None:
-            t = max(1, round(0.2 * context.epochs))
-        if t >= context.epochs:
-            raise MethodConfigError(BAD_STAGE1.format(epochs=context.epochs, value=t))
-        self.stage1_epochs = t
+        self.stage1_epochs = resolve_stage1(
+            "hbr", self.requested_stage1_epochs, context.epochs, MethodConfigError
+        )
         n, device = context.num_train_samples, context.device
         self.aum_sum = torch.zeros(n, dtype=torch.float64, device=device)
         self.aum_count = torch.zeros(n, dtype=torch.int64, device=device)

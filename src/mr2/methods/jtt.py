@@ -13,6 +13,7 @@ from mr2.functional.baselines import jtt_upsampled_indices
 from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
+from mr2.methods.stages import check_stage1_option, resolve_stage1
 
 __all__ = ["EMPTY_ERROR_SET", "JTT", "EmptyErrorSetError"]
 
@@ -23,11 +24,6 @@ EMPTY_ERROR_SET = (
     "{seen} training samples it was checked on, so stage 2 would just train ERM again. Use a smaller "
     "stage1_epochs: an earlier, less fitted model."
 )
-BAD_STAGE1 = (
-    "stage1_epochs must be an integer >= 1 and smaller than the number of epochs ({epochs}), so that "
-    "stage 2 has at least one epoch; got {value!r}."
-)
-BAD_STAGE1_VALUE = "stage1_epochs must be an integer >= 1 (or null for the default); got {value!r}."
 BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
 BAD_SOURCE = "error_source must be 'train_mode' (the reference) or 'eval_pass'; got {value!r}."
 NO_PREDICTOR = (
@@ -103,11 +99,7 @@ class JTT(TrainingMethod):
             raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
         if error_source not in ("train_mode", "eval_pass"):
             raise MR2InputError(BAD_SOURCE.format(value=error_source))
-        if stage1_epochs is not None and (
-            isinstance(stage1_epochs, bool) or not isinstance(stage1_epochs, int) or stage1_epochs < 1
-        ):
-            raise MR2InputError(BAD_STAGE1_VALUE.format(value=stage1_epochs))
-        self.requested_stage1_epochs = stage1_epochs
+        self.requested_stage1_epochs = check_stage1_option("jtt", stage1_epochs, MR2InputError)
         self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
         self.lambda_up = lambda_up
         self.error_source: ErrorSource = error_source
@@ -123,12 +115,7 @@ class JTT(TrainingMethod):
         self._index: torch.Tensor | None = None
 
     def setup(self, context: MethodContext) -> None:
-        epochs = context.epochs
-        t = self.requested_stage1_epochs
-        if t is None:
-            t = max(1, round(0.2 * epochs))
-        if t >= epochs:
-            raise MR2InputError(BAD_STAGE1.format(epochs=epochs, value=t))
+        t = resolve_stage1("jtt", self.requested_stage1_epochs, context.epochs, MR2InputError)
         if self.error_source == "eval_pass" and context.predict_train_set is None:
             raise MR2InputError(NO_PREDICTOR)
         self.stage1_epochs = t
