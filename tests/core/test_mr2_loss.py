@@ -38,21 +38,28 @@ def test_identical_classes_get_unit_temperatures_and_loss_is_ce():
 
 
 def test_loss_equals_its_formula_from_the_statistics():
+    """The whole loss against float64 oracles: statistics by explicitly weighted samples, the
+    allocation by Corollary 1, both terms by loops (nothing taken from the implementation)."""
     logits, features, target = _batch()
     loss_fn = MR2Loss(4, c_bar=1.5, lambda_rep=0.3, momentum=0.5, distance_temperature="2d")
+    batches = []
     for seed in range(3):  # statistics accumulate over a few steps
         _, f, y = _batch(seed=seed + 10)
         loss_fn(logits, f, y)
+        batches.append((f, y))
     got = loss_fn(logits, features, target)
-    gamma = margin_allocation(loss_fn.statistics.second_moment(), 1.5)
-    s_bar = loss_fn.statistics.spread().mean()
-    logit_term = oracles.logit_margin_loss(logits.double(), target, gamma.double())
-    rep = oracles.representation_terms(features.double(), target, 2 * float(s_bar), temperature=12.0)
+    batches.append((features, target))  # the step's own batch updates the statistics first
+    _, mean_sq_norm, spread = oracles.pooled_statistics(batches, 4, momentum=0.5)
+    gamma = oracles.margin_allocation([m + s for m, s in zip(mean_sq_norm, spread)], 1.5)
+    s_bar = sum(spread) / 4
+    logit_term = oracles.logit_margin_loss(logits.double(), target, torch.tensor(gamma, dtype=torch.float64))
+    rep = oracles.representation_terms(features.double(), target, 2 * s_bar, temperature=12.0)
     assert got.item() == pytest.approx(logit_term + 0.3 * sum(rep) / len(rep), rel=1e-5)
     parts = loss_fn.parts
     assert parts is not None
-    torch.testing.assert_close(parts.temperatures, gamma)
+    assert parts.temperatures.tolist() == pytest.approx(gamma, rel=1e-5)
     assert parts.logit.item() == pytest.approx(logit_term, rel=1e-5)
+    assert parts.representation.item() == pytest.approx(sum(rep) / len(rep), rel=1e-5)
     assert not parts.total.requires_grad
 
 
