@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from core import oracles
 from mr2 import MR2Loss
 from mr2.checks import MR2InputError
-from mr2.functional import margin_allocation, representation_margin_loss
+from mr2.functional import representation_margin_loss
 
 
 def _batch(b=24, k=4, d=6, seed=0):
