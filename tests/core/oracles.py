@@ -33,7 +33,7 @@ def representation_terms(features, target, margin, temperature=1.0):
     return out
 
 
-def margin_allocation(second_moments, c_bar):
+def gamma_allocation(second_moments, c_bar):
     roots = [float(a) ** (1.0 / 3.0) for a in second_moments]
     return [c_bar * len(roots) * r / sum(roots) for r in roots]
 

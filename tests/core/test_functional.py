@@ -114,14 +114,14 @@ def test_gradients_match_finite_differences():
 
 def test_margin_allocation_matches_oracle_and_keeps_mean():
     a = torch.rand(7, dtype=torch.float64) * 20
-    got = MF.margin_allocation(a, c_bar=1.3)
-    torch.testing.assert_close(got, torch.tensor(oracles.margin_allocation(a.tolist(), 1.3)).double())
+    got = MF.gamma_allocation(a, c_bar=1.3)
+    torch.testing.assert_close(got, torch.tensor(oracles.gamma_allocation(a.tolist(), 1.3)).double())
     assert got.mean().item() == pytest.approx(1.3)
 
 
 def test_margin_allocation_minimises_the_bound_at_fixed_mean():
     a = torch.tensor([1.0, 4.0, 30.0, 2.0], dtype=torch.float64)
-    best = MF.class_sensitive_bound(a, MF.margin_allocation(a, 1.0), num_samples=50).complexity
+    best = MF.class_sensitive_bound(a, MF.gamma_allocation(a, 1.0), num_samples=50).complexity
     for _ in range(50):
         other = torch.rand(4, dtype=torch.float64) + 0.1
         other = other / other.mean()
@@ -149,10 +149,10 @@ def test_class_sums_two_halves_equal_one_batch():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: MF.margin_allocation(torch.tensor([1.0, -1.0])), "must be >= 0"),
-        (lambda: MF.margin_allocation(torch.ones(2, 2)), "must be a 1-D tensor"),
-        (lambda: MF.margin_allocation(torch.ones(3), c_bar=0), "c_bar"),
-        (lambda: MF.margin_allocation(torch.tensor([1.0, float("nan")])), "non-finite"),
+        (lambda: MF.gamma_allocation(torch.tensor([1.0, -1.0])), "must be >= 0"),
+        (lambda: MF.gamma_allocation(torch.ones(2, 2)), "must be a 1-D tensor"),
+        (lambda: MF.gamma_allocation(torch.ones(3), c_bar=0), "c_bar"),
+        (lambda: MF.gamma_allocation(torch.tensor([1.0, float("nan")])), "non-finite"),
         (lambda: MF.logit_margin_loss(torch.ones(2, 3), torch.tensor([0, 3]), torch.ones(3)), "outside [0, 3)"),
         (lambda: MF.logit_margin_loss(torch.ones(2, 3), torch.tensor([0, 1]), torch.ones(2)), "temperatures must have shape"),
         (lambda: MF.logit_margin_loss(torch.ones(2, 3), torch.tensor([0.0, 1.0]), torch.ones(3)), "integer class ids"),

@@ -23,7 +23,7 @@ def _batch(b=24, k=4, d=6, seed=0):
 def test_unit_temperatures_and_no_representation_term_is_cross_entropy():
     logits, features, target = _batch()
     loss_fn = MR2Loss(4, lambda_rep=0.0)
-    loss_fn.margins_enabled = False
+    loss_fn.gammas_enabled = False
     torch.testing.assert_close(loss_fn(logits, features, target), F.cross_entropy(logits, target))
     assert loss_fn.temperatures().tolist() == [1.0] * 4
 
@@ -50,7 +50,7 @@ def test_loss_equals_its_formula_from_the_statistics():
     got = loss_fn(logits, features, target)
     batches.append((features, target))  # the step's own batch updates the statistics first
     _, mean_sq_norm, spread = oracles.pooled_statistics(batches, 4, momentum=0.5)
-    gamma = oracles.margin_allocation([m + s for m, s in zip(mean_sq_norm, spread)], 1.5)
+    gamma = oracles.gamma_allocation([m + s for m, s in zip(mean_sq_norm, spread)], 1.5)
     s_bar = sum(spread) / 4
     logit_term = oracles.logit_margin_loss(logits.double(), target, torch.tensor(gamma, dtype=torch.float64))
     rep = oracles.representation_terms(features.double(), target, 2 * s_bar, temperature=12.0)

@@ -45,7 +45,7 @@ def test_additive_margin_variant_uses_the_allocation_normalised_by_its_mean():
     assert loss_fn.logit_margin == "additive"
     total = loss_fn(logits, features, target)
     a = loss_fn.statistics.second_moment()
-    gamma = torch.tensor(oracles.margin_allocation(a.tolist(), 1.0), dtype=torch.float64)
+    gamma = torch.tensor(oracles.gamma_allocation(a.tolist(), 1.0), dtype=torch.float64)
     delta = 0.7 * gamma / gamma.mean()  # independent of c_bar
     logit_term = oracles.additive_margin_loss(logits, target, delta)
     s_bar = float(loss_fn.statistics.spread().mean())
@@ -60,7 +60,7 @@ def test_additive_margin_is_zero_during_warmup_and_when_margins_are_disabled():
     wide = torch.cat([logits, torch.zeros(24, 1, dtype=logits.dtype)], dim=1)
     torch.testing.assert_close(loss_fn(wide, features, target), F.cross_entropy(wide, target))
     loss_fn = MR2Loss.from_variant("additive_margin", 4, lambda_rep=0.0)
-    loss_fn.margins_enabled = False
+    loss_fn.gammas_enabled = False
     torch.testing.assert_close(loss_fn(logits, features, target), F.cross_entropy(logits, target))
 
 

@@ -1,6 +1,6 @@
 """Pure tensor functions of MR2 (no state, no I/O)."""
 
-from mr2.functional.allocation import BoundTerms, class_sensitive_bound, margin_allocation
+from mr2.functional.allocation import BoundTerms, class_sensitive_bound, gamma_allocation
 from mr2.functional.baselines import (
     cdb_class_weights,
     class_loss_sums,
@@ -32,6 +32,7 @@ __all__ = [
     "class_sums",
     "drw_class_weights",
     "focal_loss",
+    "gamma_allocation",
     "generalized_cross_entropy",
     "group_dro_update",
     "jtt_upsampled_indices",
@@ -39,7 +40,6 @@ __all__ = [
     "ldam_margins",
     "logit_adjusted_cross_entropy",
     "logit_margin_loss",
-    "margin_allocation",
     "pairwise_sq_distances",
     "released_class_normalised_mean",
     "representation_margin_loss",

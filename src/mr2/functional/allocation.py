@@ -9,7 +9,7 @@ import torch
 
 from mr2.checks import MR2InputError, check_finite
 
-__all__ = ["BoundTerms", "class_sensitive_bound", "margin_allocation"]
+__all__ = ["BoundTerms", "class_sensitive_bound", "gamma_allocation"]
 
 MOMENTS_NOT_1D = "second_moments must be a 1-D tensor [num_classes]; got shape {shape}."
 MOMENTS_NEGATIVE = "second_moments must be >= 0 with a positive sum (a_k = ||mu_k||^2 + s_k)."
@@ -28,10 +28,13 @@ def _check_moments(second_moments: torch.Tensor, check_values: bool) -> None:
             raise MR2InputError(MOMENTS_NEGATIVE)
 
 
-def margin_allocation(
+def gamma_allocation(
     second_moments: torch.Tensor, c_bar: float = 1.0, *, check_values: bool = True
 ) -> torch.Tensor:
-    r"""Optimal per-class margins of Corollary 1: ``gamma_k^3`` proportional to ``a_k``.
+    r"""The per-class gammas of Corollary 1: ``gamma_k^3`` proportional to ``a_k``.
+
+    The bound calls them margins; the paper's loss uses them as logit TEMPERATURES
+    (``z / gamma_y``), the labelled variant ``additive_margin`` as additive logit margins.
 
     .. math::
         \gamma_y = \bar c \, K \, a_y^{1/3} \Big/ \sum_k a_k^{1/3}
@@ -48,7 +51,7 @@ def margin_allocation(
         [K] margins, in the dtype of ``second_moments``.
 
     Example:
-        >>> margin_allocation(torch.tensor([1.0, 8.0, 27.0]), c_bar=2.0)
+        >>> gamma_allocation(torch.tensor([1.0, 8.0, 27.0]), c_bar=2.0)
         tensor([1., 2., 3.])
     """
     if not (isinstance(c_bar, (int, float)) and c_bar > 0 and math.isfinite(c_bar)):
@@ -98,7 +101,7 @@ def class_sensitive_bound(
     Example:
         >>> a = torch.tensor([1.0, 8.0])
         >>> uniform = class_sensitive_bound(a, torch.ones(2), num_samples=100)
-        >>> optimal = class_sensitive_bound(a, margin_allocation(a), num_samples=100)
+        >>> optimal = class_sensitive_bound(a, gamma_allocation(a), num_samples=100)
         >>> bool(optimal.complexity < uniform.complexity), uniform.shares.tolist()
         (True, [0.1111111119389534, 0.8888888955116272])
     """

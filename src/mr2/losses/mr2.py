@@ -15,7 +15,7 @@ from mr2.checks import (
     check_statistics_finite,
     wants_values,
 )
-from mr2.functional.allocation import margin_allocation
+from mr2.functional.allocation import gamma_allocation
 from mr2.functional.margin_losses import (
     additive_margin_loss,
     logit_margin_loss,
@@ -128,7 +128,7 @@ class MR2Loss(nn.Module):
     folds the batch's features into the statistics and then uses them (as the released code does);
     in eval mode the statistics are frozen. Until every class has been seen
     ``warmup_samples_per_class`` times the temperatures are 1 (plain cross-entropy); setting
-    :attr:`margins_enabled` to False (e.g. for warm-up epochs) does the same.
+    :attr:`gammas_enabled` to False (e.g. for warm-up epochs) does the same.
 
     The defaults are the paper's: L2 statistics, cube-root allocation of ``a_k``, distance
     temperature ``T = 1``, ``lambda_rep = 0.1``, representation pairs from the local batch (under data
@@ -254,7 +254,7 @@ class MR2Loss(nn.Module):
         self.process_group = process_group
         self.check_values: CheckValues = check_values
         #: Set to False to train with temperatures 1 (e.g. during warm-up epochs).
-        self.margins_enabled = True
+        self.gammas_enabled = True
         self.parts: MR2LossParts | None = None
 
     @classmethod
@@ -296,7 +296,7 @@ class MR2Loss(nn.Module):
             needed = max(needed or 0, 2)
         if needed is not None:
             ready = ready & (self.statistics.samples_seen >= needed).all()
-        if not self.margins_enabled:
+        if not self.gammas_enabled:
             ready = torch.zeros_like(ready)
         return ready
 
@@ -306,7 +306,7 @@ class MR2Loss(nn.Module):
         ``moments``: ``statistics.moments()`` if already computed this step.
         """
         stat = self.allocation_statistic(moments)
-        gamma = margin_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_temperature)
+        gamma = gamma_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_temperature)
         return torch.where(self._ready(stat) & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
 
     def additive_margins(

@@ -73,7 +73,7 @@ class MR2Method(TrainingMethod):
             self.loss.statistics._materialise(context.feature_dim)
 
     def on_epoch_start(self, epoch: int) -> None:
-        self.loss.margins_enabled = epoch >= self.margin_warmup_epochs
+        self.loss.gammas_enabled = epoch >= self.margin_warmup_epochs
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
