@@ -124,7 +124,12 @@ def test_candidate_sets():
 
     full = candidates("full")
     variants = ["paper", "logit_only", "distance_1d", *[v for v in PENDING_VARIANTS if v in VARIANTS]]
-    assert [(c.options.get("variant"), c.options.get("c_bar")) for c in full[1:]] == [
-        (v, c) for v in variants for c in (0.5, 1.0, 2.0)
+    mr2 = [c for c in full if c.method == "mr2"]
+    assert [(c.options.get("variant"), c.options.get("c_bar"), c.options.get("margin_scale")) for c in mr2] == [
+        (v, None, m) if v == "additive_margin" else (v, c, None)
+        for v in variants for c, m in zip((0.5, 1.0, 2.0), (0.25, 0.5, 1.0))
     ]
-    assert len({c.label for c in full}) == len(full)
+    assert [(c.label, c.method, c.options) for c in full[1 + len(mr2):]] == [
+        (m, m, {}) for m in ("jtt", "group_dro", "center_loss", "supcon", "hbr")
+    ]
+    assert len({c.label for c in full}) == len(full) == 1 + 3 * len(variants) + 5

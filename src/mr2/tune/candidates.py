@@ -1,8 +1,9 @@
 """The configurations ``mr2 tune`` compares: ERM and MR2 variants over ``c_bar``, as sweep entries.
 
 ``quick``: ERM and the MR2 variants ``paper``, ``logit_only`` and ``distance_1d`` at ``c_bar = 1``
-(4 candidates). ``full``: ERM and every variant of :data:`FULL_VARIANTS` at ``c_bar`` in
-{0.5, 1, 2}. A candidate is a plain method entry of a sweep (:mod:`mr2.sweep`); nothing here runs.
+(4 candidates). ``full``: ERM, every variant of :data:`FULL_VARIANTS` at ``c_bar`` in {0.5, 1, 2},
+and the baselines of :data:`FULL_BASELINES` at their documented defaults (16 candidates). A
+candidate is a plain method entry of a sweep (:mod:`mr2.sweep`); nothing here runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from mr2.sweep.plan import format_value
 
 __all__ = [
     "CANDIDATE_SETS",
+    "FULL_BASELINES",
     "FULL_C_BARS",
+    "FULL_MARGIN_SCALES",
     "FULL_VARIANTS",
     "PENDING_VARIANTS",
     "QUICK_VARIANTS",
@@ -30,8 +33,15 @@ QUICK_VARIANTS = ("paper", "logit_only", "distance_1d")
 #: Variants that belong in ``full`` once :meth:`mr2.losses.MR2Loss.from_variant` knows them (issue 11
 #: item 3's additive-margin form); they are added automatically when it does.
 PENDING_VARIANTS = ("additive_margin",)
+#: Methods of ``full`` besides MR2, each at its defaults: the reviewers' baselines (center loss,
+#: one-stage SupCon, hardness-based resampling) and the two that lifted hard classes on the reference
+#: protocol (JTT, class-level group DRO).
+FULL_BASELINES = ("jtt", "group_dro", "center_loss", "supcon", "hbr")
 #: ``c_bar`` values of ``full``.
 FULL_C_BARS = (0.5, 1.0, 2.0)
+#: ``additive_margin``'s margins do not depend on ``c_bar`` (Delta_y = m gamma_y / mean gamma), so
+#: ``full`` varies its scale ``m`` (``margin_scale``, logit units) instead.
+FULL_MARGIN_SCALES = (0.25, 0.5, 1.0)
 
 
 def _known(variants: tuple[str, ...]) -> tuple[str, ...]:
@@ -78,6 +88,13 @@ def _mr2(variant: str, c_bar: float) -> Candidate:
     return Candidate(f"mr2-{variant}-c{format_value(c_bar)}", "mr2", {"variant": variant, "c_bar": c_bar})
 
 
+def _additive(scale: float) -> Candidate:
+    return Candidate(
+        f"mr2-additive_margin-m{format_value(scale)}", "mr2",
+        {"variant": "additive_margin", "margin_scale": scale},
+    )
+
+
 def candidates(name: str) -> list[Candidate]:
     """The candidates of set ``name`` (``quick`` or ``full``), ERM first."""
     if name not in CANDIDATE_SETS:
@@ -85,4 +102,9 @@ def candidates(name: str) -> list[Candidate]:
     erm = Candidate(REFERENCE_LABEL, "erm")
     if name == "quick":
         return [erm, *(_mr2(variant, 1.0) for variant in QUICK_VARIANTS)]
-    return [erm, *(_mr2(variant, c_bar) for variant in FULL_VARIANTS for c_bar in FULL_C_BARS)]
+    mr2 = [
+        _additive(scale) if variant == "additive_margin" else _mr2(variant, value)
+        for variant in FULL_VARIANTS
+        for value, scale in zip(FULL_C_BARS, FULL_MARGIN_SCALES, strict=True)
+    ]
+    return [erm, *mr2, *(Candidate(method, method) for method in FULL_BASELINES)]
