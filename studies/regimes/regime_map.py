@@ -86,6 +86,9 @@ def main(reports: Path) -> None:
                               marker="o", capsize=3, label=method)
             axis.axhline(0, color="black", linewidth=0.8)
             axis.set_xscale("log")
+            sizes = sorted({r["per_class"] for r in table})
+            axis.set_xticks(sizes, [str(n) for n in sizes])
+            axis.minorticks_off()
             axis.set_title(f"{model}: {tier} tier")
             axis.set_ylabel(f"{tier}-tier change vs ERM (points, 95% CI)")
             if row == len(TIERS) - 1:
