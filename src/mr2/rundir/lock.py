@@ -9,6 +9,7 @@ directory fails even inside the same process.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -98,7 +99,9 @@ class RunLock:
         os.close(fd)
 
     def __del__(self) -> None:
-        self.release()
+        # At interpreter shutdown the modules may be gone; the OS releases the lock anyway.
+        with contextlib.suppress(Exception):
+            self.release()
 
     def __enter__(self) -> RunLock:
         return self.acquire()
