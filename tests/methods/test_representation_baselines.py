@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from methods import representation_oracles as oracle
-from methods.baseline_helpers import FEATURE_DIM, NUM_CLASSES, REGIMES, MiniEngine, make_context
+from methods.baseline_helpers import FEATURE_DIM, NUM_CLASSES, MiniEngine, make_context
 from mr2.functional.representation_baselines import (
     center_distances,
     center_update,
@@ -261,37 +261,3 @@ def test_hbr_stage_one_must_leave_a_second_stage():
     method = build_method("hbr", NUM_CLASSES, stage1_epochs=4)
     with pytest.raises(MethodConfigError, match="smaller than the number of epochs"):
         method.setup(make_context(10, torch.ones(NUM_CLASSES), epochs=4))
-
-
-# ------------------------------------------------------------------------------- seam and resume
-
-
-@pytest.mark.parametrize("regime", REGIMES)
-@pytest.mark.parametrize("name", sorted(OPTIONS))
-def test_trains_in_every_regime_and_resumes_exactly(name, regime):
-    full = MiniEngine(name, OPTIONS[name], regime, EPOCHS)
-    full.run_epochs(0, EPOCHS, keep_checkpoints_after=(0, 2))
-    assert full.resets == ([1] if name == "hbr" else [])
-    for last in (0, 2):  # before and after HBR's stage boundary
-        done, checkpoint = full.kept[last]
-        resumed = MiniEngine(name, OPTIONS[name], regime, EPOCHS)
-        resumed.resume(checkpoint)
-        resumed.run_epochs(last + 1, EPOCHS)
-        assert resumed.losses == full.losses[done:], f"resume after epoch {last}"
-
-
-@pytest.mark.parametrize("name", sorted(OPTIONS))
-def test_one_step_under_bfloat16_autocast_gives_a_float32_loss(name):
-    engine = MiniEngine(name, OPTIONS[name], "scratch", EPOCHS)
-    method, model = engine.method, engine.model
-    method.train()
-    method.on_epoch_start(0)
-    index = torch.arange(12)
-    x, target = engine.x[index], engine.target[index]
-    method.on_batch(x, target, index)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits, features = model(x)
-        loss = method(logits, features, target)
-    assert loss.dtype == torch.float32 and torch.isfinite(loss)
-    loss.backward()
-    assert model.classifier.weight.grad is not None

@@ -16,6 +16,9 @@ OPTIONS = {
     "logit_adjustment": {},
     "focal": {"gamma": 2.0},
     "cdb": {"tau": 1.5},
+    "center_loss": {"lambda_center": 0.5},
+    "supcon": {},
+    "hbr": {"stage1_epochs": 2},
 }
 EPOCHS = 4
 
@@ -26,7 +29,7 @@ def test_trains_in_every_regime_and_resumes_exactly(name, regime):
     full = MiniEngine(name, OPTIONS[name], regime, EPOCHS)
     initial = {k: v.clone() for k, v in full.model.state_dict().items()}
     full.run_epochs(0, EPOCHS, keep_checkpoints_after=(0, 2))
-    assert full.resets == ([1] if name == "jtt" else [])
+    assert full.resets == ([1] if name in ("jtt", "hbr") else [])  # the two-stage methods
     trained = full.model.state_dict()
     if regime == "linear_probe":  # frozen backbone, trained head (LDAM's cosine head included)
         for key, value in pretrained_backbone().items():
@@ -35,7 +38,7 @@ def test_trains_in_every_regime_and_resumes_exactly(name, regime):
         assert not torch.equal(trained["backbone.0.weight"], initial["backbone.0.weight"])
     assert not torch.equal(trained["classifier.weight"], initial["classifier.weight"])
 
-    for last in (0, 2):  # resume before and after JTT's reset / LDAM's deferred re-weighting
+    for last in (0, 2):  # resume before and after JTT's / HBR's reset, LDAM's deferred re-weighting
         done, checkpoint = full.kept[last]
         resumed = MiniEngine(name, OPTIONS[name], regime, EPOCHS)
         resumed.resume(checkpoint)
