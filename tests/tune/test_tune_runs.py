@@ -23,6 +23,7 @@ from mr2.tune.run import (
     make_request,
     selection_spec,
 )
+from mr2.sweep.launcher import NOT_KEY_VALUE, SLURM_ONLY
 from mr2.tune.selection import choose, read_candidate_runs
 from sweep.conftest import write_npz
 
@@ -144,9 +145,14 @@ def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tune
         ({"batch_sise": 3}, [], "unknown config key 'data.batch_sise'"),
         ({}, ["--set", "model.name=resnet_9000"], "unknown model 'resnet_9000'"),
         ({}, ["--set", "data.root=/nonexistent/data.npz"], "/nonexistent/data.npz"),
+        ({}, ["--launcher-option", "partition=gpu"], SLURM_ONLY.format(key="partition")),
+        ({}, ["--launcher", "slurm", "--launcher-option", "partitoin=gpu"],
+         "unknown config key 'launcher.partitoin'"),
+        ({}, ["--launcher", "slurm", "--launcher-option", "timeout_min=0"], "'launcher.timeout_min' must be >= 1"),
+        ({}, ["--launcher", "slurm", "--launcher-option", "gpus"], NOT_KEY_VALUE.format(value="gpus")),
     ],
     ids=["no-validation", "criterion", "candidates", "overlap", "one-seed", "bad-seeds", "config-key",
-         "model-name", "data-root"],
+         "model-name", "data-root", "slurm-key-local", "launcher-key", "launcher-range", "launcher-syntax"],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, changes, extra, message):
     config = _config(tmp_path, **changes)
@@ -156,3 +162,32 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, chang
     assert code == 2
     assert err.startswith("mr2 tune: error: ") and message in err and err.count("\n") == 1
     assert not out_dir.exists()
+
+
+@pytest.mark.slow
+def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_path, capsys):
+    """``--launcher slurm`` (submitit's ``local`` executor: real jobs, no cluster) reaches both of
+    tune's sweeps: every selection and confirmation run is a finished submitit job, and the
+    recommendation is the rule's choice from those runs' validation sections."""
+    pytest.importorskip("submitit", reason="submitit is the cluster extra (pip install 'mr2[cluster]')")
+    from mr2.sweep.cluster import read_jobs
+
+    config = _config(tmp_path)
+    out_dir = tmp_path / "out"
+    code = main(["tune", "--config", str(config), "--seeds", "2", "--confirm-seeds", "2", "--threads-per-run", "1",
+                 "--output-dir", str(out_dir), "--name", "t", "--launcher", "slurm",
+                 "--launcher-option", "executor=local", "--launcher-option", "timeout_min=10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    directory = out_dir / "t"
+    record = json.loads((directory / "recommendation.json").read_text())
+    request = make_request(load_config(config), name="t", output_dir=str(out_dir), seeds="2", confirm_seeds="2")
+    groups = _groups(request)
+    assert record["selection"]["recommended"] == choose(read_candidate_runs(groups), "hard_tier").recommended
+    for phase, count in (("selection", 4 * 2), ("confirmation", 2 * len({"erm", record["label"]}))):
+        jobs = read_jobs(directory / phase)["runs"]
+        assert len(jobs) == count, (phase, sorted(jobs))
+        assert {entry["state"] for entry in jobs.values()} == {"done"}
+        for run in jobs:
+            assert (directory / phase / run / "final.json").is_file()
+            assert "=== mr2 sweep (submitit job" in (directory / phase / run / "train.log").read_text()

@@ -6,6 +6,7 @@ Examples::
     mr2 tune --config my-run.yaml                                   # quick: 4 candidates x 3 seeds
     mr2 tune --config my-run.yaml --candidates full --criterion worst_class --workers 2
     mr2 tune --config my-run.yaml --seeds 5 --confirm-seeds 5 --dry-run
+    mr2 tune --config my-run.yaml --launcher slurm --launcher-option partition=gpu   # docs/cluster.md
 
 Running the same command again reuses finished runs and resumes interrupted ones. The work is done
 by :func:`mr2.tune.run_tune`; this module only parses arguments.
@@ -43,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch threads per run (default: CPU cores // workers)")
     parser.add_argument("--output-dir", metavar="DIR", help="where DIR/<name>/ goes (default: the config's)")
     parser.add_argument("--name", help="the tune directory's name (default: tune-<config file name>)")
+    parser.add_argument("--launcher", choices=("local", "slurm"),
+                        help="where the runs execute: local (the process pool, default) or slurm "
+                        "(submitit jobs; docs/cluster.md)")
+    parser.add_argument("--launcher-option", dest="launcher_options", action="append", default=[],
+                        metavar="KEY=VALUE", help="a launcher key, e.g. partition=gpu (repeatable; see "
+                        "docs/cluster.md)")
     parser.add_argument("--dry-run", action="store_true", help="print the rule and the runs; train nothing")
 
 
@@ -58,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
 
     rejected: tuple[type[BaseException], ...] = (TuneInputError, SweepSpecError, *user_errors())
     try:
+        launcher = None
+        if args.launcher is not None or args.launcher_options:
+            from mr2.sweep.launcher import parse_launcher_option
+
+            launcher = {"name": args.launcher or "local"}
+            launcher.update(parse_launcher_option(option) for option in args.launcher_options)
         config = load_config(args.config, args.overrides)
         request = make_request(
             config,
@@ -69,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             criterion=args.criterion,
             workers=args.workers,
             threads_per_run=args.threads_per_run,
+            launcher=launcher,
         )
         if args.dry_run:
             print(describe_tune(request))

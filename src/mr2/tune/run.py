@@ -29,6 +29,7 @@ from mr2.config import RunConfig, config_to_dict
 from mr2.io import atomic_write_json
 from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
+from mr2.sweep.launcher import launcher_from_dict
 from mr2.sweep.plan import RunPoint
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
 from mr2.tune.selection import CRITERIA, Choice, TuneSelectionError, choose, read_candidate_runs, rule_text
@@ -81,6 +82,8 @@ class TuneRequest:
         criterion: one of :data:`mr2.tune.selection.CRITERIA`.
         workers: runs in parallel.
         threads_per_run: torch threads per run (None: cores // workers).
+        launcher: the sweeps' ``launcher:`` mapping (None: the local pool; ``{"name": "slurm", ...}``:
+            every run a submitit job, see docs/cluster.md); validated by :func:`make_request`.
     """
 
     config: RunConfig
@@ -92,6 +95,7 @@ class TuneRequest:
     criterion: str = "hard_tier"
     workers: int = 1
     threads_per_run: int | None = None
+    launcher: dict[str, Any] | None = None
 
     @property
     def directory(self) -> Path:
@@ -133,12 +137,14 @@ def make_request(
     criterion: str = "hard_tier",
     workers: int = 1,
     threads_per_run: int | None = None,
+    launcher: dict[str, Any] | None = None,
 ) -> TuneRequest:
     """Validate the arguments of ``mr2 tune`` (counts give consecutive seeds; confirmation seeds
     start after the largest selection seed).
 
     Raises:
         TuneInputError: the first problem found.
+        mr2.config.ConfigError: an invalid ``launcher`` mapping (naming the key).
     """
     if criterion not in CRITERIA:
         raise TuneInputError(UNKNOWN_CRITERION.format(value=criterion, choices=", ".join(CRITERIA)))
@@ -155,8 +161,10 @@ def make_request(
     if common:
         raise TuneInputError(OVERLAPPING_SEEDS.format(selection=selection, confirmation=confirmation,
                                                       common=common))
+    if launcher is not None:
+        launcher_from_dict(launcher)  # the sweeps would refuse it later, after the selection ran
     return TuneRequest(config, name, output_dir or config.output_dir, selection, confirmation, candidate_set,
-                       criterion, max(1, workers), threads_per_run)
+                       criterion, max(1, workers), threads_per_run, launcher)
 
 
 def _base(config: RunConfig) -> dict[str, Any]:
@@ -179,6 +187,7 @@ def _spec(request: TuneRequest, phase: str, entries: list[Candidate], seeds: lis
         "select_by": "val_accuracy",
         "workers": request.workers,
         "threads_per_run": request.threads_per_run,
+        **({} if request.launcher is None else {"launcher": request.launcher}),
         # Tiers of the confirmation report from ERM's validation split, like the choice.
         "report": {"tier_source": "validation", "bootstrap": 1000, "plots": False},
     })
