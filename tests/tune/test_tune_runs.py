@@ -13,6 +13,7 @@ import yaml
 from mr2.cli.main import main
 from mr2.config import load_config
 from mr2.sweep import plan_sweep
+from mr2.sweep.launcher import NOT_KEY_VALUE, SLURM_ONLY
 from mr2.tune.run import (
     BAD_SEEDS,
     NO_VALIDATION_SPLIT,
@@ -23,7 +24,6 @@ from mr2.tune.run import (
     make_request,
     selection_spec,
 )
-from mr2.sweep.launcher import NOT_KEY_VALUE, SLURM_ONLY
 from mr2.tune.selection import choose, read_candidate_runs
 from sweep.conftest import write_npz
 

@@ -75,8 +75,37 @@ def logit_margin_loss(
         )
     dtype = working_dtype(logits)
     scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
-    per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
+    if logits.device.type == "cpu" and logits.requires_grad and not torch.compiler.is_compiling():
+        per_sample = _ScaledCrossEntropy.apply(logits.to(dtype), target, scale)
+    else:
+        per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
     return reduce_loss(per_sample, reduction)
+
+
+class _ScaledCrossEntropy(torch.autograd.Function):
+    """Per-sample ``-log softmax(z_i / s_i)_{y_i}`` with a fused backward (CPU path).
+
+    The gradient ``(softmax(z_i / s_i) - e_{y_i}) g_i / s_i`` is formed in ONE [B, K] buffer from the
+    saved log-probabilities (autograd's chain of division, log-softmax and NLL backward makes three,
+    one of them zero-filled). Same values as ``F.cross_entropy(z / s, y, reduction="none")`` to
+    float32 rounding; first derivatives only.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(logits / scale, dim=1)
+        ctx.save_for_backward(log_probs, target, scale)
+        return -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        log_probs, target, scale = ctx.saved_tensors
+        grad_logits = log_probs.exp()
+        picked = target.unsqueeze(1)
+        grad_logits.scatter_(1, picked, grad_logits.gather(1, picked) - 1.0)  # one entry per row
+        grad_logits.mul_(grad.unsqueeze(1) / scale)
+        return grad_logits, None, None
 
 
 def additive_margin_loss(
@@ -148,6 +177,25 @@ def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
 
 
 _CSR_BETA = "Sparse CSR tensor support is in beta"
+
+
+def _same_class_entries(target: torch.Tensor, key_target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(i, j)`` of every entry with ``target[i] == key_target[j]`` (own entries included), sorted
+    by ``i`` then ``j``: the ``nonzero()`` of the [B, P] same-class mask, built from the keys sorted by
+    class instead (``O(B + P + entries)``, no [B, P] mask). Reads the entry count on the host.
+    """
+    batch = target.shape[0]
+    num = int(torch.maximum(target.max(), key_target.max())) + 1
+    members = torch.argsort(key_target, stable=True)  # keys grouped by class, ascending within
+    counts = torch.bincount(key_target, minlength=num)
+    starts = counts.cumsum(0) - counts
+    per_row = counts.index_select(0, target)
+    total = int(per_row.sum())
+    rows = torch.repeat_interleave(torch.arange(batch, device=target.device), per_row, output_size=total)
+    row_start = per_row.cumsum(0) - per_row
+    within = torch.arange(total, device=target.device) - row_start.index_select(0, rows)
+    cols = members.index_select(0, starts.index_select(0, target).index_select(0, rows) + within)
+    return rows, cols
 
 
 class _SamePairLogSumExp(torch.autograd.Function):
@@ -296,14 +344,13 @@ def representation_margin_loss(
     if pair_mode not in ("auto", "dense", "sparse"):
         raise MR2InputError(BAD_PAIR_MODE.format(value=pair_mode))
     margin_t = torch.as_tensor(margin, dtype=dtype, device=queries.device).detach()
-    same_class = target.unsqueeze(1) == key_target.unsqueeze(0)  # own rows included here
     per_sample: torch.Tensor | None = None
     if batch and (
         pair_mode == "sparse"
         or (pair_mode == "auto" and queries.device.type == "cpu" and not torch.compiler.is_compiling())
     ):
-        query_index, key_index = same_class.nonzero(as_tuple=True)
-        if pair_mode == "sparse" or 16 * (query_index.numel() - batch) < same_class.numel():
+        query_index, key_index = _same_class_entries(target, key_target)
+        if pair_mode == "sparse" or 16 * (query_index.numel() - batch) < batch * key_target.shape[0]:
             local = partner_features is None or partner_target is None
             per_sample = _SamePairLogSumExp.apply(
                 queries,
@@ -315,6 +362,7 @@ def representation_margin_loss(
                 temperature,
             )
     if per_sample is None:
+        same_class = target.unsqueeze(1) == key_target.unsqueeze(0)
         rows = torch.arange(batch, device=queries.device)
         same_class[rows, rows + self_offset] = False
         logits = (pairwise_sq_distances(queries, keys) - margin_t) / temperature
