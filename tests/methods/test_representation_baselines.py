@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -169,6 +170,31 @@ def test_hbr_with_a_class_absent_from_the_training_set():
     assert counts[3] == 0 and int(counts.sum()) >= 6 and bool((counts[:3] >= 1).all())
     assert torch.equal(hardness_resampling_counts(torch.zeros(2), torch.tensor([0, 0]), torch.tensor([1, 5]),
                                                   torch.Generator()), torch.tensor([1, 0]))
+
+
+def test_hbr_warns_when_one_class_takes_most_of_the_resampled_set():
+    labels = torch.arange(40) % NUM_CLASSES
+    method = build_method("hbr", NUM_CLASSES, stage1_epochs=1)
+    method.setup(make_context(40, torch.bincount(labels, minlength=NUM_CLASSES), epochs=2))
+    method.train()
+    method.on_epoch_start(0)
+    method.on_batch(torch.zeros(40, 1), labels, torch.arange(40))
+    logits = 4.0 * F.one_hot(labels, NUM_CLASSES).float()
+    logits[labels == 2] = -4.0 * F.one_hot(labels[labels == 2], NUM_CLASSES).float()  # class 2: AUM < 0
+    method(logits, None, labels)
+    with pytest.warns(RuntimeWarning, match=r"hbr: class 2 takes 9\d\.\d% of the resampled training set"):
+        method.on_epoch_end(0)
+    assert int(method.class_statistics()["resampled_count"].argmax()) == 2
+    # Balanced hardness: no warning.
+    method = build_method("hbr", NUM_CLASSES, stage1_epochs=1)
+    method.setup(make_context(40, torch.bincount(labels, minlength=NUM_CLASSES), epochs=2))
+    method.train()
+    method.on_epoch_start(0)
+    method.on_batch(torch.zeros(40, 1), labels, torch.arange(40))
+    method(4.0 * F.one_hot(labels, NUM_CLASSES).float(), None, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        method.on_epoch_end(0)
 
 
 def test_hbr_resampling_keeps_the_hardest_and_draws_the_rest_within_the_class():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import torch
@@ -26,6 +27,14 @@ BAD_ALPHA = "hbr option alpha must be a number >= 1 (1: the class counts the har
 BAD_OVERSAMPLING = "hbr option oversampling must be one of ['random', 'none']; got {value!r}."
 BAD_UNDERSAMPLING = "hbr option undersampling must be one of ['easy', 'none']; got {value!r}."
 BAD_ESTIMATOR = "hbr option estimator must be one of ['aum', 'loss']; got {value!r}."
+#: A class holding more than this share of the resampled set is reported (warning).
+DOMINANT_SHARE = 0.5
+DOMINANT_CLASS = (
+    "hbr: class {k} takes {share:.1%} of the resampled training set ({count} of {total} samples; its "
+    "class hardness is {hardness:.4g}): with the AUM estimator a class of mean AUM <= 0 gets inverse "
+    "hardness 1e4 under the reference's offset, and the second stage then learns mostly that class. "
+    "Consider method.options.estimator: loss or a longer stage 1 (docs/methods/hbr.md)."
+)
 NO_INDEX = (
     "HBR.forward was called in training mode during the first stage without a preceding "
     "on_batch(inputs, target, index): the engine must call method.on_batch on every training batch."
@@ -202,6 +211,16 @@ class HBR(TrainingMethod):
         )
         self.class_hardness.copy_(class_hardness)
         self.frozen.fill_(True)
+        self._warn_if_one_class_dominates(target, class_hardness)
+
+    def _warn_if_one_class_dominates(self, target: torch.Tensor, class_hardness: torch.Tensor) -> None:
+        weights = self.multiplicity.to(torch.float64)
+        counts = torch.bincount(target, weights=weights, minlength=self.num_classes)
+        total, top = float(counts.sum()), int(counts.argmax())
+        if self.num_classes > 2 and total > 0 and counts[top] > DOMINANT_SHARE * total:
+            message = DOMINANT_CLASS.format(k=top, share=float(counts[top]) / total, count=int(counts[top]),
+                                            total=int(total), hardness=float(class_hardness[top]))
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _merged_labels(self) -> torch.Tensor:
         """Every recorded sample's label, merged over ranks (-1: never seen on any rank)."""
