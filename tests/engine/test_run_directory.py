@@ -160,9 +160,22 @@ def test_resume_cuts_metrics_back_to_the_checkpoint_and_removes_temporary_files(
         assert a["train_loss"] == b["train_loss"] and a["val_accuracy"] == b["val_accuracy"]
 
 
-def test_kill_9_of_a_real_trainer_then_resume_has_each_epoch_once(spread_npz, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("method", "optim"),
+    [
+        ({"name": "mr2"}, {}),
+        ({"name": "center_loss"}, {}),  # centres in the checkpoint
+        ({"name": "supcon"}, {}),  # projection head
+        # stage 1 = round(0.2 * 30) = 6 epochs: killed inside stage 1, at its boundary and after it
+        ({"name": "hbr", "options": {"estimator": "loss"}}, {}),
+        ({"name": "erm"}, {"sam": {"rho": 0.05, "adaptive": True}}),  # SAM's two passes
+    ],
+    ids=["mr2", "center_loss", "supcon", "hbr", "erm+asam"],
+)
+def test_kill_9_of_a_real_trainer_then_resume_has_each_epoch_once(spread_npz, tmp_path, method, optim):
     out = tmp_path / "runs"
-    config = base_config(spread_npz, out, method={"name": "mr2"}, optim={"epochs": 30, "warmup_epochs": 0})
+    config = base_config(spread_npz, out, method=method, optim={"epochs": 30, "warmup_epochs": 0, **optim})
     config_file = _write_config(tmp_path, config)
     run = RunDirectory(out / "run")
     for kills in range(3):
@@ -177,6 +190,10 @@ def test_kill_9_of_a_real_trainer_then_resume_has_each_epoch_once(spread_npz, tm
     assert not list(run.temporary_files())
     reference = config_from_dict({**config, "output_dir": str(tmp_path / "reference")})
     assert train(reference, quiet=True)["confusion_matrix"] == json.loads(run.final.read_text())["confusion_matrix"]
+    # Every epoch's training loss and validation accuracy as in the uninterrupted run (exact floats).
+    uninterrupted = RunDirectory(tmp_path / "reference" / "run").read_metrics()
+    for key in ("train_loss", "val_accuracy"):
+        assert [r[key] for r in run.read_metrics()] == [r[key] for r in uninterrupted], key
 
 
 def test_an_attempt_killed_before_its_first_checkpoint_refuses_another_config(spread_npz, tmp_path):
