@@ -1,8 +1,9 @@
 """The regime map's figure and table from the cells' reports.
 
-Reads ``<reports>/<model>-n<N>/runs.csv`` (the sweep report's per-run table: tier accuracies with
-tiers fixed by ERM's validation per-class accuracy), pairs every method's run with ERM's run of the
-same seed, and writes, per model, cell and method, the mean change against ERM and its 95% t-interval
+Reads ``<reports>/<model>-n<N>/runs.csv`` and ``<reports>/<model>-n<N>-<part>/runs.csv`` (the sweep
+reports' per-run tables: tier accuracies with tiers fixed by ERM's validation per-class accuracy; a
+``-<part>`` directory is a later sweep of the same cell with other methods, e.g. ``-baselines``, which
+carries its own ERM runs), pairs every method's run with ERM's run of the same seed in the same report, and writes, per model, cell and method, the mean change against ERM and its 95% t-interval
 over seeds, for the hard and the easy tier:
 
     python studies/regimes/regime_map.py docs/benchmarks/regimes
@@ -26,7 +27,7 @@ import matplotlib.pyplot as plt
 from scipy import stats
 
 TIERS = ("hard", "easy")
-CELL = re.compile(r"(?P<model>[a-z]+)-n(?P<n>\d+)$")
+CELL = re.compile(r"(?P<model>[a-z]+)-n(?P<n>\d+)(?:-(?P<part>[a-z]+))?$")
 
 
 def cell_changes(runs_csv: Path) -> dict[str, dict[str, list[float]]]:
@@ -60,6 +61,9 @@ def main(reports: Path) -> None:
         if match is None:
             continue
         for method, tiers in cell_changes(runs_csv).items():
+            if any(r["model"] == match["model"] and r["per_class"] == int(match["n"]) and r["method"] == method
+                   for r in table):
+                continue  # a method measured in two reports of one cell: the first (sorted) counts
             for tier, values in tiers.items():
                 mean, half, n = interval(values)
                 table.append({"model": match["model"], "per_class": int(match["n"]), "method": method,
