@@ -220,6 +220,11 @@ class ClassFeatureStatistics(nn.Module):
         sums.index_add_(0, target, deviation)
         return distributed.all_reduce_sum_(sums, self.process_group)
 
+    def _batch_classes_seen(self, x: torch.Tensor, target: torch.Tensor) -> bool:
+        """Every class of the batch has been observed before this update (CPU tensors only, read
+        on the host: a [B] gather; False on accelerators, where it would be a host sync)."""
+        return x.device.type == "cpu" and bool(self.samples_seen.index_select(0, target).min() > 0)
+
     def _refresh_norm_cache(self) -> None:
         """Recompute the cached ``||S_k||_p^2`` of every class (one [K, d] pass)."""
         self.feature_sum_norm_sq.copy_(self._norm_sq(self.feature_sum))
@@ -302,7 +307,12 @@ class ClassFeatureStatistics(nn.Module):
                 # term as one index_add_ of the B weighted rows; absent classes (w = 0) are
                 # multiplied by exactly 1.
                 self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
-                self.feature_sum.index_add_(0, target, x * weight.index_select(0, target).unsqueeze(1))
+                if self._batch_classes_seen(x, target):
+                    # No first observation in this batch: every present class has w = 1 - m, so
+                    # the rows are added with that scalar factor (same products, no [B, d] copy).
+                    self.feature_sum.index_add_(0, target, x, alpha=1.0 - self.momentum)
+                else:
+                    self.feature_sum.index_add_(0, target, x * weight.index_select(0, target).unsqueeze(1))
                 self._norm_cache_valid = False
             else:
                 # Many classes: S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of
