@@ -179,6 +179,14 @@ def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
 _CSR_BETA = "Sparse CSR tensor support is in beta"
 
 
+def _sparse_times_dense(sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    """``sparse @ dense`` written straight into its result: ``sparse @ dense`` alone allocates a
+    second [rows, d] buffer and copies it (measured: 4 MB and ~1,000 page faults a step at B = 512,
+    d = 2,048)."""
+    out = dense.new_empty(sparse.shape[0], dense.shape[1])
+    return torch.addmm(out, sparse, dense, beta=0.0, out=out)
+
+
 def _same_class_entries(target: torch.Tensor, key_target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(i, j)`` of every entry with ``target[i] == key_target[j]`` (own entries included), sorted
     by ``i`` then ``j``: the ``nonzero()`` of the [B, P] same-class mask, built from the keys sorted by
@@ -267,12 +275,12 @@ class _SamePairLogSumExp(torch.autograd.Function):
                 values.index_copy_(0, pair, -(a + a[order]))
                 values.index_copy_(0, own, row_sum + a.new_zeros(batch).index_add_(0, pair_k, a))
                 laplacian = _csr(crow, key_index, values, (batch, batch))
-                return (laplacian @ queries, None, *nones)
+                return (_sparse_times_dense(laplacian, queries), None, *nones)
             forward_a = _csr(_crow(pair_q, batch), pair_k, a, (batch, pool))
             backward_a = _csr(_crow(pair_k[order], pool), pair_q[order], a[order], (pool, batch))
             col_sum = a.new_zeros(pool).index_add_(0, pair_k, a)
-            grad_q = queries * row_sum.unsqueeze(1) - forward_a @ keys
-            grad_k = keys * col_sum.unsqueeze(1) - backward_a @ queries
+            grad_q = queries * row_sum.unsqueeze(1) - _sparse_times_dense(forward_a, keys)
+            grad_k = keys * col_sum.unsqueeze(1) - _sparse_times_dense(backward_a, queries)
         return (grad_q, grad_k, *nones)
 
 
