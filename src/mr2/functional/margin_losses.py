@@ -93,7 +93,8 @@ class _ScaledCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        log_probs = torch.log_softmax(logits / scale, dim=1)
+        log_probs = logits / scale
+        log_probs.sub_(torch.logsumexp(log_probs, dim=1, keepdim=True))  # log-softmax in place
         ctx.save_for_backward(log_probs, target, scale)
         return -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)
 
