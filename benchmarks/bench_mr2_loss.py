@@ -282,6 +282,7 @@ class BenchResult:
     repeats: dict[str, int]
     released_rel_diff: float
     cold_rel_diff: float
+    faults_per_step: dict[str, float] | None = None
 
     def ratio(self, name: str, *, best: bool = False) -> float:
         """Speed-up of ``name`` over the loop baseline (loop median / ``name`` median; or of the minima)."""
@@ -309,16 +310,19 @@ def time_size(size: Size, *, quick: bool = False, seed: int = 0) -> BenchResult:
         for i in range(warmup[name]):
             training_step(loss_fn, batches[i % BATCH_POOL])
     times: dict[str, list[float]] = {name: [] for name in losses}
+    faults: dict[str, int] = dict.fromkeys(losses, 0)
     for r in range(max(repeats.values())):
         for name, loss_fn in losses.items():
             if r >= repeats[name]:
                 continue
             batch = batches[r % BATCH_POOL]
             _sync()
+            before = _minor_faults()
             start = time.perf_counter()
             training_step(loss_fn, batch)
             _sync()
             times[name].append(1e3 * (time.perf_counter() - start))
+            faults[name] += _minor_faults() - before
     return BenchResult(
         size=size,
         median_ms={name: statistics.median(values) for name, values in times.items()},
@@ -326,7 +330,16 @@ def time_size(size: Size, *, quick: bool = False, seed: int = 0) -> BenchResult:
         repeats={name: len(values) for name, values in times.items()},
         released_rel_diff=released_rel,
         cold_rel_diff=cold_rel,
+        faults_per_step={name: faults[name] / len(times[name]) for name in losses},
     )
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (fresh memory touched: on this kind of machine a
+    fresh 4 MB buffer costs about 1,000 of them)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def run(
@@ -358,6 +371,18 @@ def _load() -> str:
         return ", ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:
         return "unknown"
+
+
+def format_faults(results: Sequence[BenchResult]) -> str:
+    """Markdown table of the minor page faults per timed step (memory the allocator had to fetch
+    fresh from the kernel: a cost that timings of single kernels do not show)."""
+    lines = ["| size | " + " | ".join(f"{name} faults/step" for name in IMPLEMENTATIONS) + " |",
+             "| --- |" + " ---: |" * len(IMPLEMENTATIONS)]
+    for r in results:
+        faults = r.faults_per_step or {}
+        lines.append("| " + r.size.label() + " | "
+                     + " | ".join(f"{faults.get(name, float('nan')):.0f}" for name in IMPLEMENTATIONS) + " |")
+    return "\n".join(lines)
 
 
 def format_table(results: Sequence[BenchResult], *, best: bool = False) -> str:
@@ -589,6 +614,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print("Best of n per step (less sensitive to other load on a shared machine):")
         print(format_table(results, best=True))
+        print()
+        print("Minor page faults per timed step (fresh memory from the kernel):")
+        print(format_faults(results))
         print()
         for r in results:
             print(
