@@ -3,7 +3,8 @@
 Reads ``<reports>/<model>-n<N>/runs.csv`` and ``<reports>/<model>-n<N>-<part>/runs.csv`` (the sweep
 reports' per-run tables: tier accuracies with tiers fixed by ERM's validation per-class accuracy; a
 ``-<part>`` directory is a later sweep of the same cell with other methods, e.g. ``-baselines``, which
-carries its own ERM runs), pairs every method's run with ERM's run of the same seed in the same report, and writes, per model, cell and method, the mean change against ERM and its 95% t-interval
+carries its own ERM runs), pairs every method's run with ERM's run of the same seed in the same
+report, and writes, per model, cell and method, the mean change against ERM and its 95% t-interval
 over seeds, for the hard and the easy tier:
 
     python studies/regimes/regime_map.py docs/benchmarks/regimes
@@ -61,8 +62,8 @@ def main(reports: Path) -> None:
         if match is None:
             continue
         for method, tiers in cell_changes(runs_csv).items():
-            if any(r["model"] == match["model"] and r["per_class"] == int(match["n"]) and r["method"] == method
-                   for r in table):
+            cell = (match["model"], int(match["n"]), method)
+            if any((r["model"], r["per_class"], r["method"]) == cell for r in table):
                 continue  # a method measured in two reports of one cell: the first (sorted) counts
             for tier, values in tiers.items():
                 mean, half, n = interval(values)
@@ -101,6 +102,41 @@ def main(reports: Path) -> None:
     figure.tight_layout()
     figure.savefig(reports / "regime_map.png", dpi=120)
     print(f"{len(table)} rows -> {reports / 'regime_map.csv'}, {reports / 'regime_map.png'}")
+    print(markdown_tables(table))
+
+
+ORDER = ("mr2", "mr2_logit_only", "mr2_distance_1d", "mr2_additive_margin", "jtt", "group_dro")
+
+
+def _method_order(method: str) -> tuple[int, str]:
+    return (ORDER.index(method) if method in ORDER else len(ORDER), method)
+
+
+def markdown_tables(table: list[dict]) -> str:
+    """One markdown table per model and tier: methods x cells, mean change ± 95% half-width
+    (``*``: the interval excludes 0), as BENCHMARKS.md section 7 shows them."""
+    blocks = []
+    for model in sorted({r["model"] for r in table}):
+        sizes = sorted({r["per_class"] for r in table if r["model"] == model})
+        for tier in TIERS:
+            rows = [r for r in table if r["model"] == model and r["tier"] == tier]
+            lines = [f"{model}, {tier} tier: change against ERM in points, mean ± 95% t-interval half-width "
+                     "over the seeds (paired by seed)", "",
+                     "| method | " + " | ".join(f"{n}/class" for n in sizes) + " |",
+                     "|---|" + "---:|" * len(sizes)]
+            for method in sorted({r["method"] for r in rows}, key=_method_order):
+                cells = []
+                for n in sizes:
+                    match = [r for r in rows if r["method"] == method and r["per_class"] == n]
+                    if not match:
+                        cells.append("n/a")
+                        continue
+                    r = match[0]
+                    star = "*" if abs(r["change"]) > r["ci95"] else ""
+                    cells.append(f"{r['change']:+.2f} ± {r['ci95']:.2f}{star}")
+                lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 if __name__ == "__main__":
