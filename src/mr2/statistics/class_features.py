@@ -309,7 +309,8 @@ class ClassFeatureStatistics(nn.Module):
                 self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
                 if self._batch_classes_seen(x, target):
                     # No first observation in this batch: every present class has w = 1 - m, so
-                    # the rows are added with that scalar factor (same products, no [B, d] copy).
+                    # the rows are added with that scalar factor (no [B, d] copy; the same sums to
+                    # float32 rounding: index_add_ applies alpha in its own kernel).
                     self.feature_sum.index_add_(0, target, x, alpha=1.0 - self.momentum)
                 else:
                     self.feature_sum.index_add_(0, target, x * weight.index_select(0, target).unsqueeze(1))
