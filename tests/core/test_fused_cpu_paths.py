@@ -42,7 +42,6 @@ def test_fused_scaled_cross_entropy_matches_autograd_of_the_plain_formula(reduct
     (grad,) = torch.autograd.grad(outer, logits)
     (want,) = torch.autograd.grad(want_outer, logits)
     assert torch.allclose(grad, want, rtol=1e-10, atol=1e-12)
-    assert grad.grad_fn is None  # the fused path is first-order only
 
 
 def test_fused_scaled_cross_entropy_in_low_precision_returns_a_gradient_of_the_input_dtype():

@@ -22,7 +22,7 @@ from mr2.methods import center_loss as center_module
 from mr2.methods import hbr as hbr_module
 from mr2.methods import supcon as supcon_module
 from mr2.methods.registry import MethodConfigError, build_method
-from mr2.methods.stages import BAD_STAGE1_VALUE
+from mr2.methods.stages import BAD_STAGE1_VALUE, NO_INDEX, STAGE2_TOO_EARLY
 
 OPTIONS = {"center_loss": {"lambda_center": 0.5}, "supcon": {}, "hbr": {"stage1_epochs": 2}}
 EPOCHS = 4
@@ -287,3 +287,25 @@ def test_hbr_stage_one_must_leave_a_second_stage():
     method = build_method("hbr", NUM_CLASSES, stage1_epochs=4)
     with pytest.raises(MethodConfigError, match="smaller than the number of epochs"):
         method.setup(make_context(10, torch.ones(NUM_CLASSES), epochs=4))
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "what"),
+    [("jtt", "the recording epoch", "the error set"), ("hbr", "the first stage", "the hardness")],
+)
+def test_two_stage_methods_refuse_a_batch_without_indices_and_stage_two_before_stage_one(name, stage, what):
+    labels = torch.arange(8) % NUM_CLASSES
+    method = build_method(name, NUM_CLASSES, stage1_epochs=1)
+    method.setup(make_context(8, torch.bincount(labels, minlength=NUM_CLASSES), epochs=2))
+    method.train()
+    method.on_epoch_start(0)
+    label = name.upper()
+    with pytest.raises(ValueError) as raised:
+        method(torch.randn(8, NUM_CLASSES), None, labels)  # no on_batch before it
+    assert str(raised.value) == NO_INDEX.format(method=label, stage=stage)
+    assert not method.wants_model_reset()
+    message = STAGE2_TOO_EARLY.format(method=label, epoch=1, what=what, last=0)
+    with pytest.raises(ValueError) as early:
+        method.epoch_indices(1, torch.Generator())
+    assert str(early.value) == message
+    assert method.epoch_indices(0, torch.Generator()) is None  # stage 1: the engine's own order

@@ -182,8 +182,8 @@ _CSR_BETA = "Sparse CSR tensor support is in beta"
 
 def _sparse_times_dense(sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
     """``sparse @ dense`` written straight into its result: ``sparse @ dense`` alone allocates a
-    second [rows, d] buffer and copies it (measured: 4 MB and ~1,000 page faults a step at B = 512,
-    d = 2,048)."""
+    second [rows, d] buffer and copies it (the benchmark's page-fault table shows what fresh
+    buffers cost)."""
     out = dense.new_empty(sparse.shape[0], dense.shape[1])
     return torch.addmm(out, sparse, dense, beta=0.0, out=out)
 

@@ -14,7 +14,7 @@ from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import MethodConfigError, register_method
-from mr2.methods.stages import check_stage1_option, resolve_stage1
+from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, check_stage1_option, resolve_stage1
 from mr2.report.margins import logit_margins
 
 __all__ = ["HBR"]
@@ -35,18 +35,10 @@ DOMINANT_CLASS = (
     "hardness 1e4 under the reference's offset, and the second stage then learns mostly that class. "
     "Consider method.options.estimator: loss or a longer stage 1 (docs/methods/hbr.md)."
 )
-NO_INDEX = (
-    "HBR.forward was called in training mode during the first stage without a preceding "
-    "on_batch(inputs, target, index): the engine must call method.on_batch on every training batch."
-)
-NOT_MEASURED = (
-    "HBR.epoch_indices({epoch}) asked for a resampled epoch before the hardness was measured (at the "
-    "end of epoch {last}); the checkpoint or the epoch order is inconsistent."
-)
 
 
 @register_method("hbr")
-class HBR(TrainingMethod):
+class HBR(TwoStageReset, TrainingMethod):
     r"""Measure per-class hardness with a first ERM stage, then train afresh on a resampled set.
 
     Stage 1 (epochs ``0 .. T-1``): cross-entropy; each training-mode forward records every
@@ -162,7 +154,7 @@ class HBR(TrainingMethod):
         loss = F.cross_entropy(logits.to(dtype), target)
         if self.training and self._epoch < self.stage1_epochs:
             if self._index is None:
-                raise MethodConfigError(NO_INDEX)
+                raise MethodConfigError(NO_INDEX.format(method="HBR", stage="the first stage"))
             with torch.no_grad():
                 z = logits.detach().to(dtype)
                 if self.estimator == "aum":
@@ -227,16 +219,13 @@ class HBR(TrainingMethod):
         stacked, _ = distributed.all_gather_variable((self.labels + 1).unsqueeze(0), self._group)
         return stacked.max(dim=0).values - 1
 
-    def wants_model_reset(self) -> bool:
-        """True from the end of stage 1 on (the engine resets once); reads one flag (host sync)."""
-        return bool(self.frozen)
-
     def epoch_indices(self, epoch: int, generator: torch.Generator) -> torch.Tensor | None:
         """Stage 2: the resampled index list, shuffled (the same on every rank for one generator)."""
         if epoch < self.stage1_epochs:
             return None
         if not bool(self.frozen):
-            raise MethodConfigError(NOT_MEASURED.format(epoch=epoch, last=self.stage1_epochs - 1))
+            raise MethodConfigError(STAGE2_TOO_EARLY.format(method="HBR", epoch=epoch, what="the hardness",
+                                                            last=self.stage1_epochs - 1))
         counts = self.multiplicity.cpu()
         indices = torch.repeat_interleave(torch.arange(counts.numel()), counts)
         return indices[torch.randperm(indices.numel(), generator=generator)]

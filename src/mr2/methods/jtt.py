@@ -13,7 +13,7 @@ from mr2.functional.baselines import jtt_upsampled_indices
 from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
-from mr2.methods.stages import check_stage1_option, resolve_stage1
+from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, check_stage1_option, resolve_stage1
 
 __all__ = ["EMPTY_ERROR_SET", "JTT", "EmptyErrorSetError"]
 
@@ -30,14 +30,6 @@ NO_PREDICTOR = (
     "JTT with error_source='eval_pass' needs context.predict_train_set (the engine's eval pass over "
     "the training set); it is None."
 )
-NO_INDEX = (
-    "JTT.forward was called in training mode during the recording epoch without a preceding "
-    "on_batch(inputs, target, index): the engine must call method.on_batch on every training batch."
-)
-STAGE2_BEFORE_FREEZE = (
-    "JTT.epoch_indices({epoch}) asked for a stage-2 epoch before the error set was recorded (it is "
-    "recorded at the end of epoch {last}); the checkpoint or the epoch order is inconsistent."
-)
 
 
 class EmptyErrorSetError(RuntimeError):
@@ -45,7 +37,7 @@ class EmptyErrorSetError(RuntimeError):
 
 
 @register_method("jtt")
-class JTT(TrainingMethod):
+class JTT(TwoStageReset, TrainingMethod):
     r"""Train ERM for T epochs, record its training errors E, retrain from scratch on D plus E upsampled.
 
     Stage 1 (epochs ``0 .. T-1``) is cross-entropy. Its error set is
@@ -153,7 +145,7 @@ class JTT(TrainingMethod):
         loss = F.cross_entropy(logits.to(dtype), target)
         if self.training and self.error_source == "train_mode" and self._epoch == self.recording_epoch:
             if self._index is None:
-                raise MR2InputError(NO_INDEX)
+                raise MR2InputError(NO_INDEX.format(method="JTT", stage="the recording epoch"))
             with torch.no_grad():
                 wrong = (logits.detach().argmax(dim=1) != target).to(torch.int32)
                 self.wrong_count.index_add_(0, self._index, wrong)
@@ -185,16 +177,13 @@ class JTT(TrainingMethod):
                 )
             )
 
-    def wants_model_reset(self) -> bool:
-        """True from the end of stage 1 on (the engine resets once); reads one flag (host sync)."""
-        return bool(self.frozen)
-
     def epoch_indices(self, epoch: int, generator: torch.Generator) -> torch.Tensor | None:
         """Stage 2: the shuffled upsampled index list (same on every rank for the same generator)."""
         if epoch < self.stage1_epochs:
             return None
         if not bool(self.frozen):
-            raise MR2InputError(STAGE2_BEFORE_FREEZE.format(epoch=epoch, last=self.recording_epoch))
+            raise MR2InputError(STAGE2_TOO_EARLY.format(method="JTT", epoch=epoch, what="the error set",
+                                                        last=self.recording_epoch))
         error_index = self.errors.nonzero().squeeze(1).cpu()
         indices = jtt_upsampled_indices(self.errors.numel(), error_index, self.lambda_up)
         return indices[torch.randperm(indices.numel(), generator=generator)]

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BAD_STAGE1", "BAD_STAGE1_VALUE", "check_stage1_option", "resolve_stage1"]
+import torch
+
+__all__ = [
+    "BAD_STAGE1",
+    "BAD_STAGE1_VALUE",
+    "NO_INDEX",
+    "STAGE2_TOO_EARLY",
+    "TwoStageReset",
+    "check_stage1_option",
+    "resolve_stage1",
+]
 
 BAD_STAGE1_VALUE = (
     "{method} option stage1_epochs must be an integer >= 1, or null for the default "
@@ -18,6 +28,25 @@ BAD_STAGE1 = (
     "{method} option stage1_epochs must be smaller than the number of epochs ({epochs}), so that the "
     "second stage has at least one epoch; got {value!r}."
 )
+NO_INDEX = (
+    "{method}.forward was called in training mode during {stage} without a preceding "
+    "on_batch(inputs, target, index): the engine must call method.on_batch on every training batch."
+)
+STAGE2_TOO_EARLY = (
+    "{method}.epoch_indices({epoch}) asked for a stage-2 epoch before {what} was recorded (at the end "
+    "of epoch {last}); the checkpoint or the epoch order is inconsistent."
+)
+
+
+class TwoStageReset:
+    """The engine's model reset of a two-stage method: asked for from the end of stage 1 on (the
+    engine resets once), signalled by the method's 0-dim bool buffer ``frozen``."""
+
+    frozen: torch.Tensor
+
+    def wants_model_reset(self) -> bool:
+        """True from the end of stage 1 on (the engine resets once); reads one flag (host sync)."""
+        return bool(self.frozen)
 
 
 def check_stage1_option(method: str, value: Any, error: type[Exception]) -> int | None:
