@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mr2.functional import logit_margin_loss
+from mr2.functional import logit_margin_loss, representation_margin_loss
 from mr2.functional.margin_losses import _same_class_entries
 
 
@@ -25,6 +25,66 @@ def test_same_class_entries_are_the_masks_nonzero(seed):
     want = (target.unsqueeze(1) == key_target.unsqueeze(0)).nonzero(as_tuple=True)
     got = _same_class_entries(target, key_target)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    # partnered_only: the rows with at least one same-class key besides their own entry.
+    mask = target.unsqueeze(1) == key_target.unsqueeze(0)
+    mask[mask.sum(1) < 2] = False
+    want = mask.nonzero(as_tuple=True)
+    got = _same_class_entries(target, key_target, partnered_only=True)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def _value_and_gradients(features, target, pair_mode, **partners):
+    queries = features.clone().requires_grad_()
+    keys = partners.pop("partner_features", None)
+    if keys is not None:
+        keys = keys.clone().requires_grad_()
+        partners["partner_features"] = keys
+    per_sample = representation_margin_loss(
+        queries, target, 0.8, temperature=1.5, reduction="none", pair_mode=pair_mode, **partners
+    )
+    weights = torch.linspace(0.5, 2.0, per_sample.numel(), dtype=per_sample.dtype)
+    inputs = (queries,) if keys is None else (queries, keys)
+    return per_sample.detach(), torch.autograd.grad((per_sample * weights).sum(), inputs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sparse_pairs_skip_the_rows_without_a_partner_and_equal_the_dense_path(seed):
+    # Many classes: most rows have no partner (value 0, gradient 0), some have one or two.
+    g = torch.Generator().manual_seed(seed)
+    features = torch.randn(48, 7, generator=g, dtype=torch.float64)
+    target = torch.randint(0, 60, (48,), generator=g)
+    sparse = _value_and_gradients(features, target, "sparse")
+    dense = _value_and_gradients(features, target, "dense")
+    torch.testing.assert_close(sparse[0], dense[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(sparse[1][0], dense[1][0], rtol=1e-10, atol=1e-12)
+    lonely = torch.bincount(target, minlength=60)[target] == 1
+    assert lonely.any() and (~lonely).any()
+    assert torch.all(sparse[0][lonely] == 0) and torch.all(sparse[1][0][lonely] == 0)
+    # A pool of partners (the global batch): queries whose class has no other key in the pool too.
+    pool = torch.cat([torch.randn(20, 7, generator=g, dtype=torch.float64), features])
+    pool_target = torch.cat([torch.randint(0, 60, (20,), generator=g), target])
+    partners = {"partner_features": pool, "partner_target": pool_target, "self_offset": 20}
+    sparse = _value_and_gradients(features, target, "sparse", **partners)
+    dense = _value_and_gradients(features, target, "dense", **partners)
+    torch.testing.assert_close(sparse[0], dense[0], rtol=1e-12, atol=1e-12)
+    for got, want in zip(sparse[1], dense[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_sparse_pairs_of_a_batch_without_any_pair_are_zero(pool):
+    features = torch.randn(9, 4, dtype=torch.float64)
+    target = torch.arange(9)
+    partners = {}
+    if pool:  # three more keys, of classes the batch does not hold
+        partners = {
+            "partner_features": torch.cat([torch.randn(3, 4, dtype=torch.float64), features]),
+            "partner_target": torch.cat([torch.tensor([20, 21, 22]), target]),
+            "self_offset": 3,
+        }
+    values, grads = _value_and_gradients(features, target, "sparse", **partners)
+    assert torch.equal(values, torch.zeros(9, dtype=torch.float64))
+    assert all(torch.equal(grad, torch.zeros_like(grad)) for grad in grads)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

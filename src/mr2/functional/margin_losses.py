@@ -188,10 +188,15 @@ def _sparse_times_dense(sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tens
     return torch.addmm(out, sparse, dense, beta=0.0, out=out)
 
 
-def _same_class_entries(target: torch.Tensor, key_target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _same_class_entries(
+    target: torch.Tensor, key_target: torch.Tensor, *, partnered_only: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(i, j)`` of every entry with ``target[i] == key_target[j]`` (own entries included), sorted
     by ``i`` then ``j``: the ``nonzero()`` of the [B, P] same-class mask, built from the keys sorted by
     class instead (``O(B + P + entries)``, no [B, P] mask). Reads the entry count on the host.
+
+    ``partnered_only``: leave out the rows whose only same-class key is their own entry (every
+    query has one among the keys): those rows have no pair.
     """
     batch = target.shape[0]
     num = int(torch.maximum(target.max(), key_target.max())) + 1
@@ -199,6 +204,8 @@ def _same_class_entries(target: torch.Tensor, key_target: torch.Tensor) -> tuple
     counts = torch.bincount(key_target, minlength=num)
     starts = counts.cumsum(0) - counts
     per_row = counts.index_select(0, target)
+    if partnered_only:
+        per_row = per_row.masked_fill(per_row == 1, 0)
     total = int(per_row.sum())
     rows = torch.repeat_interleave(torch.arange(batch, device=target.device), per_row, output_size=total)
     row_start = per_row.cumsum(0) - per_row
@@ -210,8 +217,9 @@ def _same_class_entries(target: torch.Tensor, key_target: torch.Tensor) -> tuple
 class _SamePairLogSumExp(torch.autograd.Function):
     """``log(1 + sum_j exp((||q_i - k_j||^2 - m) / T))`` over listed pairs, with an analytic backward.
 
-    The listed entries (row-sorted) are the same-class pairs PLUS each query's own row among the
-    keys (``k_{i + offset} = q_i``). Forward: all their dot products as ONE sampled matrix product
+    The listed entries (row-sorted) are the same-class pairs PLUS each listed query's own row among
+    the keys (``k_{i + offset} = q_i``); a query without a pair need not be listed (its value is
+    exactly 0, its gradient 0: no read of its features). Forward: all their dot products as ONE sampled matrix product
     (``O(entries * d)``); the own-row entries give ``||q_i||^2``, the others
     ``||q_i - k_j||^2 = ||q_i||^2 + ||k_j||^2 - 2 q_i . k_j`` (clamped at 0); then a segmented
     log-sum-exp. Backward, with ``a_ij = g_i p_ij 2 / T`` (``p`` the softmax weight of the pair):
@@ -239,9 +247,10 @@ class _SamePairLogSumExp(torch.autograd.Function):
             pattern = _csr(crow, key_index, queries.new_zeros(key_index.numel()), (batch, pool))
             dots = torch.sparse.sampled_addmm(pattern, queries, keys.T, beta=0.0).values()
         is_own = key_index == query_index + self_offset
-        own = is_own.nonzero().squeeze(1)  # exactly one own entry per row, in row order
+        own = is_own.nonzero().squeeze(1)  # one own entry per listed row, in row order
         pair = (~is_own).nonzero().squeeze(1)
-        q_sq = dots.index_select(0, own)
+        own_rows = query_index.index_select(0, own)
+        q_sq = dots.new_zeros(batch).index_copy_(0, own_rows, dots.index_select(0, own))
         same = keys is queries
         k_sq = q_sq if same else torch.linalg.vector_norm(keys, dim=1).square()
         pair_q, pair_k = query_index.index_select(0, pair), key_index.index_select(0, pair)
@@ -253,7 +262,7 @@ class _SamePairLogSumExp(torch.autograd.Function):
         weights = (values - shift[pair_q]).exp()
         denominator = torch.exp(-shift).index_add_(0, pair_q, weights)
         weights.div_(denominator[pair_q])
-        ctx.save_for_backward(queries, keys, crow, key_index, own, pair, pair_q, pair_k, weights)
+        ctx.save_for_backward(queries, keys, crow, key_index, own, own_rows, pair, pair_q, pair_k, weights)
         ctx.temperature = temperature
         ctx.same = same
         return shift + torch.log(denominator)
@@ -261,7 +270,7 @@ class _SamePairLogSumExp(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        queries, keys, crow, key_index, own, pair, pair_q, pair_k, weights = ctx.saved_tensors
+        queries, keys, crow, key_index, own, own_rows, pair, pair_q, pair_k, weights = ctx.saved_tensors
         batch, pool = queries.shape[0], keys.shape[0]
         a = grad[pair_q] * weights * (2.0 / ctx.temperature)
         row_sum = a.new_zeros(batch).index_add_(0, pair_q, a)
@@ -274,7 +283,8 @@ class _SamePairLogSumExp(torch.autograd.Function):
                 # Symmetric pattern: A^T has A's pattern with the values a[order].
                 values = a.new_empty(key_index.numel())
                 values.index_copy_(0, pair, -(a + a[order]))
-                values.index_copy_(0, own, row_sum + a.new_zeros(batch).index_add_(0, pair_k, a))
+                degree = row_sum.index_add_(0, pair_k, a).index_select(0, own_rows)
+                values.index_copy_(0, own, degree)
                 laplacian = _csr(crow, key_index, values, (batch, batch))
                 return (_sparse_times_dense(laplacian, queries), None, *nones)
             forward_a = _csr(_crow(pair_q, batch), pair_k, a, (batch, pool))
@@ -358,8 +368,9 @@ def representation_margin_loss(
         pair_mode == "sparse"
         or (pair_mode == "auto" and queries.device.type == "cpu" and not torch.compiler.is_compiling())
     ):
-        query_index, key_index = _same_class_entries(target, key_target)
-        if pair_mode == "sparse" or 16 * (query_index.numel() - batch) < batch * key_target.shape[0]:
+        query_index, key_index = _same_class_entries(target, key_target, partnered_only=True)
+        pairs = query_index.numel() - int(torch.unique_consecutive(query_index).numel())
+        if pair_mode == "sparse" or 16 * pairs < batch * key_target.shape[0]:
             local = partner_features is None or partner_target is None
             per_sample = _SamePairLogSumExp.apply(
                 queries,
