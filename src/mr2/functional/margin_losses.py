@@ -283,7 +283,7 @@ class _SamePairLogSumExp(torch.autograd.Function):
                 # Symmetric pattern: A^T has A's pattern with the values a[order].
                 values = a.new_empty(key_index.numel())
                 values.index_copy_(0, pair, -(a + a[order]))
-                degree = row_sum.index_add_(0, pair_k, a).index_select(0, own_rows)
+                degree = (row_sum + a.new_zeros(batch).index_add_(0, pair_k, a)).index_select(0, own_rows)
                 values.index_copy_(0, own, degree)
                 laplacian = _csr(crow, key_index, values, (batch, batch))
                 return (_sparse_times_dense(laplacian, queries), None, *nones)
