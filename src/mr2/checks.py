@@ -8,7 +8,7 @@ values on the host: they run for CPU tensors, and for accelerator tensors only w
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import torch
 
@@ -19,6 +19,8 @@ __all__ = [
     "check_classification_inputs",
     "check_num_classes",
     "check_statistics_finite",
+    "is_int",
+    "is_number",
     "wants_values",
 ]
 
@@ -64,6 +66,16 @@ STATISTICS_OVERFLOW = (
 )
 
 
+def is_int(value: object) -> TypeGuard[int]:
+    """``value`` is a Python ``int`` and not a ``bool`` (``True`` is an ``int`` to ``isinstance``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """``value`` is a Python ``int`` or ``float`` and not a ``bool``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 class MR2InputError(ValueError):
     """Raised for inputs the losses and statistics cannot use; the message says how to fix it."""
 
@@ -74,7 +86,7 @@ class StatisticsOverflowError(MR2InputError):
 
 def check_num_classes(num_classes: object) -> int:
     """Return ``num_classes`` as an int, or raise if it is not an integer >= 2."""
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+    if not is_int(num_classes) or num_classes < 2:
         raise MR2InputError(NUM_CLASSES_TOO_SMALL.format(value=num_classes))
     return num_classes
 

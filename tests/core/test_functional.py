@@ -165,3 +165,14 @@ def test_class_sums_two_halves_equal_one_batch():
 def test_bad_input_messages(call, message):
     with pytest.raises(MR2InputError, match=__import__("re").escape(message)):
         call()
+
+
+@pytest.mark.parametrize(
+    ("value", "integer", "number"),
+    [(3, True, True), (0, True, True), (2.5, False, True), (True, False, False), (False, False, False),
+     ("3", False, False), (None, False, False), (torch.tensor(3), False, False)],
+)
+def test_option_type_checks_reject_bools_and_non_numbers(value, integer, number):
+    from mr2.checks import is_int, is_number
+
+    assert is_int(value) is integer and is_number(value) is number

@@ -8,6 +8,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
+from mr2.checks import is_int, is_number
+
 __all__ = [
     "ConfigError",
     "DataSection",
@@ -238,9 +240,9 @@ def _matches(value: Any, annotation: Any) -> bool:
     if origin is dict:
         return isinstance(value, dict)
     if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number(value)
     if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     if isinstance(annotation, type):
         return isinstance(value, annotation)
     return True

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from mr2.checks import is_number
 from mr2.report.exceptions import MissingClassWarning
 from mr2.report.tiers import TierSplit
 
@@ -132,7 +133,7 @@ class TrainingLog:
             return
         epoch = record["epoch"]
         for key, value in record.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "epoch":
+            if is_number(value) and key != "epoch":
                 writer.add_scalar(key, value, epoch)
         per_class = record.get("val_per_class_accuracy")
         if per_class is not None:

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from mr2.checks import MR2InputError, check_finite
+from mr2.checks import MR2InputError, check_finite, is_int
 
 __all__ = ["BoundTerms", "class_sensitive_bound", "gamma_allocation"]
 
@@ -112,7 +112,7 @@ def class_sensitive_bound(
         )
     if not bool((margins > 0).all()):
         raise MR2InputError(MARGINS_NOT_POSITIVE)
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+    if not is_int(num_samples) or num_samples < 1:
         raise MR2InputError(BAD_NUM_SAMPLES.format(value=num_samples))
     per_class = second_moments / margins.pow(2)
     total = per_class.sum()

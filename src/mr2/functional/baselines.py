@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mr2.checks import MR2InputError, check_logits, check_target
+from mr2.checks import MR2InputError, check_logits, check_target, is_int
 from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
 __all__ = [
@@ -194,7 +194,7 @@ def jtt_upsampled_indices(num_samples: int, error_indices: torch.Tensor, lambda_
         >>> jtt_upsampled_indices(4, torch.tensor([1, 3]), 2).tolist()
         [0, 1, 2, 3, 1, 3, 1, 3]
     """
-    if isinstance(lambda_up, bool) or not isinstance(lambda_up, int) or lambda_up < 0:
+    if not is_int(lambda_up) or lambda_up < 0:
         raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
     everything = torch.arange(num_samples, dtype=torch.long, device=error_indices.device)
     return torch.cat([everything, error_indices.to(torch.long).repeat(lambda_up)])

@@ -219,8 +219,8 @@ class _SamePairLogSumExp(torch.autograd.Function):
 
     The listed entries (row-sorted) are the same-class pairs PLUS each listed query's own row among
     the keys (``k_{i + offset} = q_i``); a query without a pair need not be listed (its value is
-    exactly 0, its gradient 0: no read of its features). Forward: all their dot products as ONE sampled matrix product
-    (``O(entries * d)``); the own-row entries give ``||q_i||^2``, the others
+    exactly 0, its gradient 0: no read of its features). Forward: all their dot products as ONE
+    sampled matrix product (``O(entries * d)``); the own-row entries give ``||q_i||^2``, the others
     ``||q_i - k_j||^2 = ||q_i||^2 + ||k_j||^2 - 2 q_i . k_j`` (clamped at 0); then a segmented
     log-sum-exp. Backward, with ``a_ij = g_i p_ij 2 / T`` (``p`` the softmax weight of the pair):
     ``dL/dq_i = sum_j a_ij (q_i - k_j)`` and ``dL/dk_j = sum_i a_ij (k_j - q_i)``. When the keys are

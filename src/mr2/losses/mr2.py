@@ -13,6 +13,8 @@ from mr2.checks import (
     MR2InputError,
     check_classification_inputs,
     check_statistics_finite,
+    is_int,
+    is_number,
     wants_values,
 )
 from mr2.functional.allocation import gamma_allocation
@@ -109,7 +111,7 @@ def _parse_distance_temperature(value: float | str) -> tuple[float, bool]:
         if not factor > 0:
             raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
         return factor, True
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if not is_number(value) or not value > 0:
         raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
     return float(value), False
 
@@ -211,9 +213,9 @@ class MR2Loss(nn.Module):
             check_values=check_values,
         )
         self.num_classes = self.statistics.num_classes
-        if isinstance(c_bar, bool) or not isinstance(c_bar, (int, float)) or not c_bar > 0:
+        if not is_number(c_bar) or not c_bar > 0:
             raise MR2InputError(BAD_C_BAR.format(value=c_bar))
-        if isinstance(lambda_rep, bool) or not isinstance(lambda_rep, (int, float)) or lambda_rep < 0:
+        if not is_number(lambda_rep) or lambda_rep < 0:
             raise MR2InputError(BAD_LAMBDA.format(value=lambda_rep))
         if allocation not in ("second_moment", "spread"):
             raise MR2InputError(BAD_ALLOCATION.format(value=allocation))
@@ -222,16 +224,14 @@ class MR2Loss(nn.Module):
         if rep_reduction not in ("mean", "released"):
             raise MR2InputError(BAD_REP_REDUCTION.format(value=rep_reduction))
         if warmup_samples_per_class is not None and (
-            isinstance(warmup_samples_per_class, bool)
-            or not isinstance(warmup_samples_per_class, int)
+            not is_int(warmup_samples_per_class)
             or warmup_samples_per_class < 1
         ):
             raise MR2InputError(BAD_WARMUP.format(value=warmup_samples_per_class))
         if logit_margin not in ("temperature", "additive"):
             raise MR2InputError(BAD_LOGIT_MARGIN.format(value=logit_margin))
         if (
-            isinstance(margin_scale, bool)
-            or not isinstance(margin_scale, (int, float))
+            not is_number(margin_scale)
             or not margin_scale >= 0
         ):
             raise MR2InputError(BAD_MARGIN_SCALE.format(value=margin_scale))

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import check_classification_inputs, check_num_classes
+from mr2.checks import check_classification_inputs, check_num_classes, is_number
 from mr2.functional.class_sums import class_sums
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import CenterUpdate, center_distances, center_update
@@ -72,10 +72,10 @@ class CenterLoss(TrainingMethod):
     ) -> None:
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
-        number = isinstance(lambda_center, (int, float)) and not isinstance(lambda_center, bool)
+        number = is_number(lambda_center)
         if not number or lambda_center < 0:
             raise MethodConfigError(BAD_LAMBDA.format(value=lambda_center))
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
+        if not is_number(alpha) or not 0 < alpha <= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
         if update not in ("paper", "reference"):
             raise MethodConfigError(BAD_UPDATE.format(value=update))

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import check_classification_inputs, check_num_classes
+from mr2.checks import check_classification_inputs, check_num_classes, is_number
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -93,7 +93,7 @@ class HBR(TwoStageReset, TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         check_stage1_option("hbr", stage1_epochs, MethodConfigError)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 1:
+        if not is_number(alpha) or not alpha >= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
         if oversampling not in ("random", "none"):
             raise MethodConfigError(BAD_OVERSAMPLING.format(value=oversampling))

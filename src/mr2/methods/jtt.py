@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes, is_int
 from mr2.functional.baselines import jtt_upsampled_indices
 from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -87,7 +87,7 @@ class JTT(TwoStageReset, TrainingMethod):
     ) -> None:
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
-        if isinstance(lambda_up, bool) or not isinstance(lambda_up, int) or lambda_up < 0:
+        if not is_int(lambda_up) or lambda_up < 0:
             raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
         if error_source not in ("train_mode", "eval_pass"):
             raise MR2InputError(BAD_SOURCE.format(value=error_source))

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from mr2.checks import is_int
+
 __all__ = [
     "BAD_STAGE1",
     "BAD_STAGE1_VALUE",
@@ -56,7 +58,7 @@ def check_stage1_option(method: str, value: Any, error: type[Exception]) -> int 
         >>> check_stage1_option("jtt", 2, ValueError)
         2
     """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and (not is_int(value) or value < 1):
         raise error(BAD_STAGE1_VALUE.format(method=method, value=value))
     return value
 

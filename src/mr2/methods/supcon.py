@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mr2 import distributed
-from mr2.checks import check_classification_inputs, check_num_classes
+from mr2.checks import check_classification_inputs, check_num_classes, is_int, is_number
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import supervised_contrastive_loss
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -29,7 +29,7 @@ NOT_SET_UP = "SupCon.setup(context) must run before training: the projection hea
 
 
 def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if not is_number(value) or not value > 0:
         raise MethodConfigError(BAD_POSITIVE.format(name=name, value=value))
     return float(value)
 
@@ -92,13 +92,13 @@ class SupCon(TrainingMethod):
         self.num_classes = check_num_classes(num_classes)
         self.temperature = _positive("temperature", temperature)
         self.base_temperature = _positive("base_temperature", base_temperature)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+        if not is_number(weight) or weight < 0:
             raise MethodConfigError(BAD_WEIGHT.format(value=weight))
         if head not in ("mlp", "linear"):
             raise MethodConfigError(BAD_HEAD.format(value=head))
         if pairs not in ("global", "local"):
             raise MethodConfigError(BAD_PAIRS.format(value=pairs))
-        if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or projection_dim < 1:
+        if not is_int(projection_dim) or projection_dim < 1:
             raise MethodConfigError(BAD_DIM.format(value=projection_dim))
         self.weight = float(weight)
         self.head_kind: Head = head

@@ -26,6 +26,7 @@ except ModuleNotFoundError as error:  # pragma: no cover - exercised only withou
         "mr2.metrics needs torchmetrics: pip install 'mr2[metrics]'"
     ) from error
 
+from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
 from mr2.report.disparity import DisparityReport
 from mr2.report.exceptions import ReportError
@@ -86,7 +87,7 @@ class ClasswiseDisparity(Metric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        if not is_int(num_classes) or num_classes < 1:
             raise ReportError(NUM_CLASSES_INVALID.format(value=num_classes))
         if class_names is not None and len(class_names) != num_classes:
             raise ReportError(

@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from mr2.checks import is_number
+
 __all__ = ["BAD_RHO", "SAM", "SAM_STATE_MISMATCH", "frozen_batchnorm_statistics", "sam_perturbation"]
 
 BAD_RHO = "optim.sam.rho must be a number >= 0 (0.05 is the reference's default); got {value!r}."
@@ -127,7 +129,7 @@ class SAM:
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, rho: float = 0.05, adaptive: bool = False) -> None:
-        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not rho >= 0:
+        if not is_number(rho) or not rho >= 0:
             raise ValueError(BAD_RHO.format(value=rho))
         self.optimizer = optimizer
         self.rho = float(rho)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
+from mr2.checks import is_int
 from mr2.report.exceptions import ReportError
 from mr2.report.serialization import json_safe
 from mr2.report.summary import class_summary
@@ -103,7 +104,7 @@ def resample_class_counts(
         >>> t.tolist(), bool((c[:, 1] == 0).all())
         ([[10, 4], [10, 4], [10, 4]], True)
     """
-    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 1:
+    if not is_int(num_resamples) or num_resamples < 1:
         raise ReportError(NUM_RESAMPLES_INVALID.format(value=num_resamples))
     c = np.asarray(correct, dtype=np.int64)
     n = np.asarray(total, dtype=np.int64)
@@ -158,7 +159,7 @@ def bootstrap_confusion(
     """
     if not 0.0 < confidence < 1.0:
         raise ReportError(CONFIDENCE_INVALID.format(value=confidence))
-    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 1:
+    if not is_int(num_resamples) or num_resamples < 1:
         raise ReportError(NUM_RESAMPLES_INVALID.format(value=num_resamples))
     matrix = validate_confusion(confusion)
     total = matrix.sum(axis=1)

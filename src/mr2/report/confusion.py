@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mr2.checks import is_int
 from mr2.report.exceptions import ReportError
 
 __all__ = ["ConfusionMatrix", "confusion_matrix"]
@@ -53,7 +54,7 @@ COUNT_MISMATCH = (
 
 
 def _check_num_classes(num_classes: int) -> None:
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    if not is_int(num_classes) or num_classes < 1:
         raise ReportError(NUM_CLASSES_INVALID.format(value=num_classes))
 
 
@@ -187,7 +188,7 @@ class ConfusionMatrix:
     ) -> None:
         _check_num_classes(num_classes)
         if dataset_length is not None and (
-            isinstance(dataset_length, bool) or not isinstance(dataset_length, int) or dataset_length < 1
+            not is_int(dataset_length) or dataset_length < 1
         ):
             raise ReportError(DATASET_LENGTH_INVALID.format(value=dataset_length))
         distributed = dist.is_available() and dist.is_initialized()

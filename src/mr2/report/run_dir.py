@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 
+from mr2.checks import is_int
 from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError, RunDirectoryError
 from mr2.report.validation import validate_confusion
@@ -289,7 +290,7 @@ def load_run(path: str | Path) -> RunRecord:
     if not isinstance(dataset, dict) or "num_classes" not in dataset:
         raise RunDirectoryError(FIELD_MISSING.format(path=path, field="dataset.num_classes"))
     num_classes = dataset["num_classes"]
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    if not is_int(num_classes) or num_classes < 1:
         raise RunDirectoryError(
             FIELD_INVALID.format(
                 path=path, field="dataset.num_classes", problem=f"not a positive integer: {num_classes!r}"
@@ -315,7 +316,7 @@ def load_run(path: str | Path) -> RunRecord:
             )
         )
     seed = final.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+    if seed is not None and (not is_int(seed)):
         raise RunDirectoryError(
             FIELD_INVALID.format(path=path, field="seed", problem=f"not an integer: {seed!r}")
         )

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mr2.checks import is_int
 from mr2.config import ConfigError, config_from_dict, load_yaml
 from mr2.config.paths import get_dotted
 from mr2.config.schema import build_dataclass
@@ -236,7 +237,7 @@ def _seeds(raw: int | list[Any]) -> list[int]:
     if not raw:
         raise _wrong("seeds", "a non-empty list of integers or a count", raw)
     for i, seed in enumerate(raw):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if not is_int(seed) or seed < 0:
             raise _wrong(f"seeds[{i}]", "an integer >= 0", seed)
     if len(set(raw)) != len(raw):
         raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=raw))
@@ -354,7 +355,7 @@ def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
 def _check_devices(raw: _SweepFile) -> None:
     if raw.devices is None:
         return
-    valid = all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw.devices)
+    valid = all(is_int(d) and d >= 0 for d in raw.devices)
     if not raw.devices or not valid:
         raise _wrong("devices", "a list of GPU ids (integers >= 0) or null", raw.devices)
     per_run = raw.nproc_per_node or 1
