@@ -27,6 +27,7 @@ Usage::
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --quick      # one repeat per case (smoke test)
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 1 --sizes 128x100x640
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 2 --sweep     # + K sweep with memory
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 2 --profile   # + top ops of the step
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --device cuda --sweep   # on a GPU
 
 This is a benchmark, not a test: it asserts nothing about time. ``tests/benchmarks`` runs its quick
@@ -475,6 +476,39 @@ def format_breakdown(size: Size, parts: dict[str, tuple[float, float]]) -> str:
     return "\n".join(lines)
 
 
+def profile_ops(size: Size, *, steps: int = 20, top: int = 15, seed: int = 0) -> list[tuple[str, float, float]]:
+    """``(op, calls per step, self time per step in ms)`` of the default's training step under
+    ``torch.profiler`` (CPU activity), the ``top`` ops by self time, after 10 warm-up steps.
+
+    The profiler adds its own overhead per op, so the times are larger than unprofiled ones; read
+    them as shares of the step.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    batches = make_batches(size, BATCH_POOL, seed)
+    for i in range(10):
+        training_step(loss_fn, batches[i % BATCH_POOL])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            training_step(loss_fn, batches[i % BATCH_POOL])
+        _sync()
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    events.sort(key=lambda e: -e.self_cpu_time_total)
+    return [(e.key, e.count / steps, e.self_cpu_time_total / 1e3 / steps) for e in events[:top]]
+
+
+def format_profile(size: Size, rows: Sequence[tuple[str, float, float]]) -> str:
+    lines = [
+        f"Profile of the default's step, {size.label()} (torch.profiler, self CPU time per step):",
+        "| op | calls / step | self ms / step |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| {name} | {calls:.1f} | {ms:.3f} |" for name, calls, ms in rows]
+    return "\n".join(lines)
+
+
 def _proc_status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -586,6 +620,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--sweep", action="store_true", help="also the K x d sweep with peak memory")
     parser.add_argument("--no-loop", action="store_true", help="skip the side-by-side table")
+    parser.add_argument(
+        "--profile", action="store_true", help="also the default's top ops by self time (torch.profiler)"
+    )
     parser.add_argument("--repeats", type=int, default=21, help="repeats per sweep case")
     parser.add_argument("--sweep-case", type=Size.parse, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -626,6 +663,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         for size in args.sizes:
             print(format_breakdown(size, breakdown(size, repeats=3 if args.quick else 41, seed=args.seed)))
+            print()
+    if args.profile:
+        for size in args.sizes:
+            print(format_profile(size, profile_ops(size, steps=2 if args.quick else 20)))
             print()
     if args.sweep:
         print(f"K sweep (each case in a fresh process, {args.repeats} repeats; peak memory: "
