@@ -476,7 +476,9 @@ def format_breakdown(size: Size, parts: dict[str, tuple[float, float]]) -> str:
     return "\n".join(lines)
 
 
-def profile_ops(size: Size, *, steps: int = 20, top: int = 15, seed: int = 0) -> list[tuple[str, float, float]]:
+def profile_ops(
+    size: Size, *, steps: int = 20, top: int = 15, seed: int = 0
+) -> list[tuple[str, float, float]]:
     """``(op, calls per step, self time per step in ms)`` of the default's training step under
     ``torch.profiler`` (CPU activity), the ``top`` ops by self time, after 10 warm-up steps.
 
