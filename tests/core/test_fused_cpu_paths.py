@@ -33,14 +33,14 @@ def test_same_class_entries_are_the_masks_nonzero(seed):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-def _value_and_gradients(features, target, pair_mode, **partners):
+def _value_and_gradients(features, target, pair_mode, margin=0.8, temperature=1.5, **partners):
     queries = features.clone().requires_grad_()
     keys = partners.pop("partner_features", None)
     if keys is not None:
         keys = keys.clone().requires_grad_()
         partners["partner_features"] = keys
     per_sample = representation_margin_loss(
-        queries, target, 0.8, temperature=1.5, reduction="none", pair_mode=pair_mode, **partners
+        queries, target, margin, temperature=temperature, reduction="none", pair_mode=pair_mode, **partners
     )
     weights = torch.linspace(0.5, 2.0, per_sample.numel(), dtype=per_sample.dtype)
     inputs = (queries,) if keys is None else (queries, keys)
@@ -112,3 +112,37 @@ def test_fused_scaled_cross_entropy_in_low_precision_returns_a_gradient_of_the_i
     (grad,) = torch.autograd.grad(loss, logits)
     want = torch.autograd.grad(F.cross_entropy(logits.float() / 2.0, target), logits)[0]
     assert grad.dtype == torch.bfloat16 and torch.equal(grad, want)
+
+
+def test_flush_subnormal_zeroes_exactly_the_entries_below_the_smallest_normal_number():
+    from mr2.functional.margin_losses import _flush_subnormal_
+
+    tiny32 = torch.finfo(torch.float32).tiny
+    values = torch.tensor([1e-39, -1e-39, tiny32, -tiny32, 0.0, 1.0, -2e-45, 3e-38])
+    got = _flush_subnormal_(values.clone())
+    want = torch.tensor([0.0, 0.0, tiny32, -tiny32, 0.0, 1.0, 0.0, 3e-38])
+    assert torch.equal(got, want)
+    doubles = torch.tensor([1e-39, 1e-310, -1e-320, 2.5e-308], dtype=torch.float64)
+    assert torch.equal(
+        _flush_subnormal_(doubles.clone()), torch.tensor([1e-39, 0.0, 0.0, 2.5e-308], dtype=torch.float64)
+    )
+
+
+def test_sparse_pair_gradient_has_no_subnormal_entries_from_vanishing_pair_weights():
+    # Pairs far beyond the margin: exp((d^2 - m) / T) is about e^-95, a float32 subnormal. The sparse
+    # path drops those weights (CPU arithmetic on subnormals is slow); the loss keeps its value.
+    target = torch.tensor([0, 0, 1, 1, 2])
+    features = torch.zeros(5, 3)
+    features[1, 0] = 10.0  # ||x_0 - x_1||^2 = 100
+    features[3, 1] = 10.0
+    features[4, 2] = 1.0
+    margin = 195.0  # (100 - 195) / 1 = -95: a weight of e^-95 = 5.5e-42
+    sparse = _value_and_gradients(features, target, "sparse", margin=margin, temperature=1.0)
+    dense = _value_and_gradients(features, target, "dense", margin=margin, temperature=1.0)
+    assert torch.equal(sparse[0], dense[0])  # log(1 + 5.5e-42) is 0 in float32 either way
+    grad = sparse[1][0]
+    tiny = torch.finfo(grad.dtype).tiny
+    assert not ((grad != 0) & (grad.abs() < tiny)).any()
+    # Same values, and the same gradient up to the dropped sub-1e-38 terms.
+    assert ((dense[1][0] != 0) & (dense[1][0].abs() < tiny)).any()  # the dense path keeps them
+    torch.testing.assert_close(grad, dense[1][0], rtol=0, atol=1e-36)

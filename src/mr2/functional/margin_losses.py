@@ -214,6 +214,21 @@ def _same_class_entries(
     return rows, cols
 
 
+def _flush_subnormal_(values: torch.Tensor) -> torch.Tensor:
+    """Set the entries of ``values`` smaller in magnitude than the dtype's smallest normal number
+    (float32: 1.2e-38) to 0, in place.
+
+    Pair weights ``exp((d^2 - m) / T)`` of pairs well inside the margin (``d^2`` far below ``m``)
+    land in the subnormal range (float32: exponents between about -87 and -104, common with T = 1
+    and high-dimensional features), and CPU arithmetic on subnormal operands runs many times
+    slower (each takes a microcode assist; see BENCHMARKS.md, "Performance"). Dropping them changes
+    no sum that holds a normal term beyond float32 rounding (the log-sum-exp's denominator is >= 1),
+    and a gradient only by the terms ``a_ij (q_i - k_j)`` whose ``|a_ij|`` is below the smallest
+    normal number.
+    """
+    return values.masked_fill_(values.abs() < torch.finfo(values.dtype).tiny, 0.0)
+
+
 class _SamePairLogSumExp(torch.autograd.Function):
     """``log(1 + sum_j exp((||q_i - k_j||^2 - m) / T))`` over listed pairs, with an analytic backward.
 
@@ -259,9 +274,9 @@ class _SamePairLogSumExp(torch.autograd.Function):
         shift = values.new_zeros(batch).scatter_reduce(
             0, pair_q, values, reduce="amax", include_self=True
         )
-        weights = (values - shift[pair_q]).exp()
-        denominator = torch.exp(-shift).index_add_(0, pair_q, weights)
-        weights.div_(denominator[pair_q])
+        weights = _flush_subnormal_((values - shift[pair_q]).exp())
+        denominator = torch.exp(-shift).index_add_(0, pair_q, weights)  # >= 1: its largest term is 1
+        _flush_subnormal_(weights.div_(denominator[pair_q]))
         ctx.save_for_backward(queries, keys, crow, key_index, own, own_rows, pair, pair_q, pair_k, weights)
         ctx.temperature = temperature
         ctx.same = same
@@ -272,7 +287,7 @@ class _SamePairLogSumExp(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         queries, keys, crow, key_index, own, own_rows, pair, pair_q, pair_k, weights = ctx.saved_tensors
         batch, pool = queries.shape[0], keys.shape[0]
-        a = grad[pair_q] * weights * (2.0 / ctx.temperature)
+        a = _flush_subnormal_(grad[pair_q] * weights * (2.0 / ctx.temperature))
         row_sum = a.new_zeros(batch).index_add_(0, pair_q, a)
         # A^T: the pairs ordered by (key, query).
         order = torch.argsort(pair_k * batch + pair_q)
