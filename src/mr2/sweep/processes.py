@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -54,9 +55,11 @@ __all__ = [
     "STOP_GRACE_SECONDS",
     "SweepInterrupted",
     "TrainerPool",
+    "TrainerProcess",
     "config_path",
     "default_threads",
     "forward_stop_signals",
+    "start_process",
     "start_subprocess",
     "train_command",
     "write_config",
@@ -253,8 +256,25 @@ def _start_fork_server(context: Any) -> None:
     in_lasting_thread(multiprocessing.forkserver.ensure_running)
 
 
+#: Serialises every call that reads a multiprocessing child's exit status. ``Process.start()`` polls
+#: ALL live children of the process (``multiprocessing.process._cleanup``), and the forkserver's
+#: ``Popen.poll`` is not thread-safe: two threads polling one child race for its status, and the
+#: loser records exit code 255 for a run that succeeded (a sweep's workers start and wait for
+#: trainers from several threads). Waiting itself happens outside the lock, on the child's sentinel.
+_STATUS_LOCK = threading.Lock()
+
+
+def start_process(process: Any) -> None:
+    """``process.start()`` under the lock that every exit-status read of a child holds."""
+    with _STATUS_LOCK:
+        process.start()
+
+
 class TrainerProcess:
-    """A running trainer: a forked child, or a subprocess leading its own process group (torchrun)."""
+    """A running trainer: a forked child, or a subprocess leading its own process group (torchrun).
+
+    A multiprocessing child must have been started with :func:`start_process`.
+    """
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -266,24 +286,29 @@ class TrainerProcess:
     def alive(self) -> bool:
         if isinstance(self.handle, subprocess.Popen):
             return self.handle.poll() is None
-        return bool(self.handle.is_alive())
+        with _STATUS_LOCK:
+            return bool(self.handle.is_alive())
 
     def wait(self) -> int:
         if isinstance(self.handle, subprocess.Popen):
             return int(self.handle.wait())
-        self.handle.join()
+        self.wait_for(None)
         return int(self.handle.exitcode if self.handle.exitcode is not None else -1)
 
-    def wait_for(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds; True if it ended."""
+    def wait_for(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: until it ends); True if it ended."""
         if isinstance(self.handle, subprocess.Popen):
             try:
                 self.handle.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 return False
             return True
-        self.handle.join(timeout)
-        return not self.handle.is_alive()
+        # Readable once the child has ended; reading its status is left to join(), under the lock.
+        if not multiprocessing.connection.wait([self.handle.sentinel], timeout):
+            return False
+        with _STATUS_LOCK:
+            self.handle.join()
+        return True
 
     def send(self, signum: int) -> None:
         """Send ``signum`` to the trainer (to its whole process group for a subprocess)."""
@@ -346,7 +371,7 @@ class TrainerPool:
             args=(str(config_path(point)), str(log_path), self.threads, devices, os.getpid()),
             name=f"mr2-train-{point.name}",
         )
-        process.start()
+        start_process(process)
         return TrainerProcess(process)
 
     def train(self, point: RunPoint) -> int | None:
