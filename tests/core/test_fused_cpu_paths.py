@@ -129,7 +129,7 @@ def test_flush_subnormal_zeroes_exactly_the_entries_below_the_smallest_normal_nu
 
 
 def test_sparse_pair_gradient_has_no_subnormal_entries_from_vanishing_pair_weights():
-    # Pairs far beyond the margin: exp((d^2 - m) / T) is about e^-95, a float32 subnormal. The sparse
+    # Pairs far inside the margin: exp((d^2 - m) / T) is about e^-95, a float32 subnormal. The sparse
     # path drops those weights (CPU arithmetic on subnormals is slow); the loss keeps its value.
     target = torch.tensor([0, 0, 1, 1, 2])
     features = torch.zeros(5, 3)
