@@ -72,8 +72,7 @@ class CenterLoss(TrainingMethod):
     ) -> None:
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
-        number = is_number(lambda_center)
-        if not number or lambda_center < 0:
+        if not is_number(lambda_center) or lambda_center < 0:
             raise MethodConfigError(BAD_LAMBDA.format(value=lambda_center))
         if not is_number(alpha) or not 0 < alpha <= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
