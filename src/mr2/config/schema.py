@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
 from mr2.checks import is_int, is_number
+from mr2.config.errors import ConfigError
+from mr2.config.names import check_name
 
 __all__ = [
     "ConfigError",
@@ -27,10 +29,6 @@ UNKNOWN_KEY = "unknown config key {path!r}; valid keys here: {valid}."
 WRONG_TYPE = "config key {path!r} must be {expected}; got {value!r} ({type})."
 NOT_A_MAPPING = "config section {path!r} must be a mapping of keys to values; got {value!r}."
 BAD_VALUE = "config key {path!r}: {problem}"
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names the key and what is expected."""
 
 
 @dataclass
@@ -200,12 +198,12 @@ def _check_values(config: RunConfig) -> None:
         ("optim.sam.rho", config.optim.sam is None or config.optim.sam.rho >= 0, "must be >= 0"),
         ("checkpoint_every", config.checkpoint_every >= 1, "must be >= 1"),
         ("log_every", config.log_every >= 1, "must be >= 1"),
-        ("name", bool(config.name) and "/" not in config.name, "must be a non-empty name without '/'"),
         ("regime", config.regime != "finetune" or config.model.weights is not None or config.model.pretrained,
          "'finetune' starts from pre-trained weights: set model.weights (a local file) or "
          "model.pretrained: true"),
     ]
     _raise_failed(checks)
+    check_name(config.name, "config key 'name'")
 
 
 def _raise_failed(checks: list[tuple[str, bool, str]]) -> None:

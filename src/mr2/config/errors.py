@@ -1,0 +1,10 @@
+"""The configuration's error type (its own module so that the validators of every part of the
+configuration can raise it without importing one another)."""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the key and what is expected."""
