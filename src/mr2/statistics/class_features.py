@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -28,6 +30,11 @@ BAD_MOMENTUM = "momentum (the moving-average decay) must be in [0, 1); got {valu
 BAD_NORM_P = "norm_p must be a number >= 1; got {value!r}."
 BAD_ESTIMATOR = "estimator must be 'pooled' (default) or 'batch' (released code); got {value!r}."
 CENTER_NEEDS_POOLED = "center=True needs estimator='pooled' (the class means it centres on)."
+DEFER_NEEDS_POOLED_L2 = (
+    "accumulating statistics over micro-batches needs estimator='pooled' and norm_p=2 (their updates "
+    "are sums, so k micro-batches add up to one batch); got estimator={estimator!r}, norm_p={norm_p}. "
+    "Leave deferral off (every micro-batch then updates the statistics) or use the default statistics."
+)
 
 
 class PendingUpdate(NamedTuple):
@@ -40,6 +47,8 @@ class PendingUpdate(NamedTuple):
         sq_norm_sum: [K] batch sums of ``||x||^2``. weight: [K] weight of the batch per class.
         new_count, new_sq_norm_sum: [K] the moving ``n_k`` and ``Q_k`` after the update.
         guard: 0-dim, finite exactly when the updated statistics are (see ``prepare``).
+        deferred: a micro-batch to add to the pending sums (deferral on): ``feature_sum`` holds its
+            [K, d] local sums, ``weight``/``new_*`` are unused, ``guard`` bounds the pending sums.
     """
 
     x: torch.Tensor
@@ -51,6 +60,7 @@ class PendingUpdate(NamedTuple):
     new_count: torch.Tensor
     new_sq_norm_sum: torch.Tensor
     guard: torch.Tensor
+    deferred: bool = False
 
 
 class ClassFeatureStatistics(nn.Module):
@@ -91,7 +101,21 @@ class ClassFeatureStatistics(nn.Module):
     Under torch.distributed the per-class batch sums are all-reduced over ``process_group`` BEFORE
     the moving-average step, so every rank holds identical statistics and ``R`` ranks with batch ``B``
     give the statistics of one process with batch ``R * B``. Updates run under ``no_grad`` in float32
-    (also under autocast) and only in training mode.
+    (also under autocast) and only in training mode. Every buffer is updated in place (DDP's buffer
+    broadcast keeps a reference to each buffer, pytorch issue 63916).
+
+    Gradient accumulation: by default every call of :meth:`update` (every micro-batch) is one
+    moving-average step, so ``k`` micro-batches of size ``B / k`` per optimiser step give the
+    statistics of a run WITHOUT accumulation at batch ``B / k`` (decay ``m`` per micro-batch, ``m^k``
+    per optimiser step), not those of batch ``B``. With deferral on (:meth:`accumulate`, or
+    :attr:`deferred` plus :meth:`apply_accumulated` at each optimiser step) the micro-batches'
+    per-class sums are added up and applied as ONE moving-average step, equal to the update of the
+    batch of size ``B`` to float32 rounding;
+    meanwhile the statistics keep the values of the last applied step (the loss of every
+    micro-batch uses them). Deferral needs the default ``estimator="pooled"`` and ``norm_p=2``. The
+    pending sums are plain tensors, not buffers: not in the ``state_dict`` (apply before saving),
+    and never overwritten by DDP's buffer broadcast (each rank adds up its own micro-batches; the
+    sums are all-reduced once, in :meth:`apply_accumulated`).
 
     Args:
         num_classes: K >= 2.
@@ -159,6 +183,11 @@ class ClassFeatureStatistics(nn.Module):
         # for the rows a batch touches so that moments() needs no [K, d] pass per step.
         self.register_buffer("feature_sum_norm_sq", torch.zeros(k), persistent=False)
         self._norm_cache_valid = True
+        #: Add micro-batches' sums up instead of updating (see :meth:`apply_accumulated`); default off.
+        self.deferred = False
+        # Pending (count, feature sum, sum of squared norms) of the deferred micro-batches: plain
+        # tensors (see the class docstring), None when nothing is pending.
+        self._pending_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -242,6 +271,8 @@ class ClassFeatureStatistics(nn.Module):
         if not self.training:
             return None
         self._materialise(features.shape[1])
+        if self.deferred:
+            return self._prepare_deferred(features, target)
         with torch.autocast(device_type=features.device.type, enabled=False):
             x = features.detach().to(self.feature_sum.dtype)
             feature_sum: torch.Tensor | None = None
@@ -279,6 +310,9 @@ class ClassFeatureStatistics(nn.Module):
                 host sync (for callers that did not check the guard on the host).
         """
         if pending is None:
+            return
+        if pending.deferred:  # a micro-batch to add up (see _prepare_deferred)
+            self._add_pending(pending, only_if_finite)
             return
         x, target, weight = pending.x, pending.target, pending.weight
         ok = torch.isfinite(pending.guard) if only_if_finite else None
@@ -341,6 +375,105 @@ class ClassFeatureStatistics(nn.Module):
                 ema(self.deviation_sum, deviation)
             seen = pending.batch_count.round().long()
             self.samples_seen.add_(seen if ok is None else seen * ok)
+
+    # ------------------------------------------------------- deferred updates
+    def _check_deferrable(self) -> None:
+        if self.estimator != "pooled" or self.norm_p != 2.0:
+            raise MR2InputError(
+                DEFER_NEEDS_POOLED_L2.format(estimator=self.estimator, norm_p=self.norm_p)
+            )
+
+    def _prepare_deferred(self, features: torch.Tensor, target: torch.Tensor) -> PendingUpdate:
+        """A micro-batch's local per-class sums (no all-reduce here: once, in apply_accumulated)."""
+        self._check_deferrable()
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            x = features.detach().to(self.feature_sum.dtype)
+            count, feature_sum, sq_norm_sum = class_sums(x, target, self.num_classes)
+            total_count, total_sq = count, sq_norm_sum
+            if self._pending_sums is not None:
+                total_count = total_count + self._pending_sums[0]
+                total_sq = total_sq + self._pending_sums[2]
+            # Same bound as prepare()'s, on the sums apply_accumulated() will fold in.
+            guard = 4.0 * (total_count * total_sq).sum()
+        return PendingUpdate(x, target, count, feature_sum, sq_norm_sum, count, count, sq_norm_sum,
+                             guard, deferred=True)
+
+    def _add_pending(self, pending: PendingUpdate, only_if_finite: bool) -> None:
+        assert pending.feature_sum is not None
+        sums = [pending.batch_count, pending.feature_sum, pending.sq_norm_sum]
+        if only_if_finite:  # a non-finite micro-batch is dropped, without a host sync
+            ok = torch.isfinite(pending.guard)
+            sums = [torch.where(ok, part, 0.0) for part in sums]
+        if self._pending_sums is None:
+            self._pending_sums = (sums[0], sums[1], sums[2])
+        else:
+            for total, part in zip(self._pending_sums, sums, strict=True):
+                total.add_(part)
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples added up since the last :meth:`apply_accumulated` on this rank (a host read)."""
+        return 0 if self._pending_sums is None else int(self._pending_sums[0].sum().item())
+
+    @torch.no_grad()
+    def apply_accumulated(self) -> None:
+        """Fold the micro-batches added up since the last call into the statistics as ONE step.
+
+        Call it once per optimiser step (after the last micro-batch's backward, before or after
+        ``optimizer.step()``: the statistics are not parameters). Under torch.distributed EVERY rank
+        must call it (one all-reduce of the pending sums). Equal, to float32 rounding, to
+        :meth:`update` with the concatenation of the micro-batches. Nothing pending (eval mode, or
+        deferral off): no-op, except that every rank still joins the all-reduce when distributed.
+        """
+        pending, self._pending_sums = self._pending_sums, None
+        distributed_run = distributed.is_distributed(self.process_group)
+        if pending is None:
+            if not distributed_run or self.feature_dim is None:
+                return
+            zeros = self.count.new_zeros(self.num_classes)
+            pending = (zeros, self.feature_sum.new_zeros(self.feature_sum.shape), zeros.clone())
+        count, feature_sum, sq_norm_sum = pending
+        if distributed_run:
+            packed = torch.cat([count.unsqueeze(1), feature_sum, sq_norm_sum.unsqueeze(1)], dim=1)
+            distributed.all_reduce_sum_(packed, self.process_group)
+            count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+        weight = self._ema_weights(count > 0)
+        new_count = self.count.lerp(count, weight)
+        new_sq_norm_sum = self.sq_norm_sum.lerp(sq_norm_sum, weight)
+        guard = 4.0 * (new_count * new_sq_norm_sum).sum()
+        checked = wants_values(count, self.check_values)
+        if checked:
+            check_statistics_finite({}, guard)
+        step = PendingUpdate(
+            feature_sum.new_zeros(0, feature_sum.shape[1]), count.new_zeros(0, dtype=torch.long),
+            count, feature_sum, sq_norm_sum, weight, new_count, new_sq_norm_sum, guard,
+        )
+        self.commit(step, only_if_finite=not checked)
+
+    @contextmanager
+    def accumulate(self) -> Iterator[None]:
+        """Add up the updates of the block's micro-batches and apply them once when it exits.
+
+        Example (``k`` micro-batches per optimiser step)::
+
+            with criterion.statistics.accumulate():
+                for images, target in micro_batches:
+                    logits, features = model(images)
+                    (criterion(logits, features, target) / k).backward()
+            optimizer.step()
+
+        On an exception the pending sums are dropped. Deferral stays on if it was on before.
+        """
+        self._check_deferrable()
+        was_deferred, self.deferred = self.deferred, True
+        try:
+            yield
+        except BaseException:
+            self._pending_sums = None
+            raise
+        finally:
+            self.deferred = was_deferred
+        self.apply_accumulated()
 
     @torch.no_grad()
     def update(self, features: torch.Tensor, target: torch.Tensor, *, checked: bool = False) -> None:
