@@ -1,4 +1,15 @@
-"""Read a YAML config file and apply ``--set key=value`` overrides."""
+"""Read a YAML config file and apply ``--set key=value`` overrides.
+
+User YAML (run configurations, sweep files, ``--set`` values) is parsed by :func:`parse_yaml`, which
+is ``yaml.safe_load`` with stated limits, each refused with a one-line :class:`ConfigError` naming
+the file and the line:
+
+- no anchors or aliases (``&name`` / ``*name``): an alias shares a value, and a few lines of them
+  expand to gigabytes wherever the value is copied, serialised or formatted ("billion laughs");
+- no key given twice in one mapping (YAML would silently keep the last);
+- at most :data:`MAX_NESTING` levels of nesting, at most :data:`MAX_CONFIG_BYTES` bytes, UTF-8;
+- the top level of a file is a mapping (an empty file is an empty mapping).
+"""
 
 from __future__ import annotations
 
@@ -13,29 +24,156 @@ import yaml
 from mr2.config.paths import DottedPathError, set_dotted
 from mr2.config.schema import ConfigError, RunConfig, config_from_dict
 
-__all__ = ["apply_overrides", "load_config", "load_yaml"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_NESTING", "apply_overrides", "load_config", "load_yaml", "parse_yaml"]
+
+#: Largest run configuration or sweep file read (bytes).
+MAX_CONFIG_BYTES = 1 << 20
+#: Deepest nesting of mappings and lists in user YAML.
+MAX_NESTING = 50
 
 MISSING_FILE = "config file {path} does not exist."
+NOT_A_FILE = "config file {path} is not a file; give a YAML file."
+UNREADABLE = "config file {path} cannot be read: {error}"
+TOO_LARGE = (
+    "config file {path} is larger than {limit} bytes; a run configuration or sweep file is much smaller."
+)
+NOT_UTF8 = "config file {path} is not UTF-8 text (byte {position}); save it as UTF-8."
 BAD_YAML = "config file {path} is not valid YAML: {error}"
+NOT_A_MAPPING = "the top level must be a mapping of keys; got {kind}"
 BAD_OVERRIDE = "override {item!r} must look like key.subkey=value (e.g. optim.lr=0.1)."
+AT_LINE = "config file {path}, line {line}: {problem}"
+ALIAS = "YAML anchors and aliases ({token}) are not supported; write the value out in full"
+DUPLICATE_KEY = "key {key!r} is given twice in the same mapping (the first value would be ignored); keep one"
+TOO_DEEP = "nested deeper than {limit} levels"
+UNHASHABLE_KEY = "a mapping key must be a scalar (text or number); got a {kind}"
+
+
+class _Refused(yaml.YAMLError):
+    """A limit of :func:`parse_yaml` (its problem and the line it is on)."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = None if mark is None else mark.line + 1
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses anchors, aliases, duplicate keys and deep nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(ALIAS.format(token=f"*{event.anchor}"), event.start_mark)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise _Refused(ALIAS.format(token=f"&{anchor}"), event.start_mark)
+        self._depth += 1
+        if self._depth > MAX_NESTING:
+            raise _Refused(TOO_DEEP.format(limit=MAX_NESTING), event.start_mark)
+        try:
+            node: yaml.Node = super().compose_node(parent, index)  # type: ignore[assignment]
+            return node
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                raise _Refused(UNHASHABLE_KEY.format(kind=type(key).__name__), key_node.start_mark) from None
+            if duplicate:
+                raise _Refused(DUPLICATE_KEY.format(key=key), key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """PyYAML's (multi-line) message as one line, with the line number its mark gives."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        parts = [part for part in (error.context, error.problem) if part]
+        text = " ".join(" ".join(str(part).split()) for part in parts) or "invalid YAML"
+        if error.problem_mark is not None:
+            text += f" (line {error.problem_mark.line + 1}, column {error.problem_mark.column + 1})"
+        return text
+    return " ".join(str(error).split())
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse user YAML with the limits of the module docstring.
+
+    Args:
+        text: the YAML text.
+        source: where it came from, for messages (``config file <path>``, or ``override 'k=v'``).
+
+    Raises:
+        ConfigError: a limit or a syntax error, naming ``source`` and the line.
+
+    Example:
+        >>> parse_yaml("optim: {lr: 0.1}", "example")
+        {'optim': {'lr': 0.1}}
+        >>> try:
+        ...     parse_yaml("a: &x 1\\nb: *x", "config file c.yaml")
+        ... except ConfigError as error:
+        ...     print(str(error)[:62])
+        config file c.yaml, line 1: YAML anchors and aliases (&x) are
+    """
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    except _Refused as refused:
+        if source.startswith("config file "):
+            path = source.removeprefix("config file ")
+            raise ConfigError(AT_LINE.format(path=path, line=refused.line, problem=refused.problem)) from None
+        raise ConfigError(f"{source}: {refused.problem}") from None
+    except yaml.YAMLError as error:
+        if source.startswith("config file "):
+            raise ConfigError(BAD_YAML.format(path=source.removeprefix("config file "),
+                                              error=_one_line(error))) from None
+        raise ConfigError(f"{source}: not valid YAML: {_one_line(error)}") from None
+    except RecursionError:  # pragma: no cover - the nesting limit comes first
+        raise ConfigError(f"{source}: {TOO_DEEP.format(limit=MAX_NESTING)}") from None
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a YAML mapping from ``path`` with clear errors."""
+    """Parse a YAML mapping from ``path`` (limits: module docstring) with clear errors."""
     file = Path(path)
-    if not file.is_file():
+    if not file.exists():
         raise ConfigError(MISSING_FILE.format(path=file))
+    if not file.is_file():
+        raise ConfigError(NOT_A_FILE.format(path=file))
     try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(BAD_YAML.format(path=file, error=error)) from error
+        with open(file, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(UNREADABLE.format(path=file, error=error.strerror or error)) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(TOO_LARGE.format(path=file, limit=MAX_CONFIG_BYTES))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ConfigError(NOT_UTF8.format(path=file, position=error.start)) from None
+    data = parse_yaml(text, f"config file {file}")
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError(BAD_YAML.format(path=file, error="the top level must be a mapping"))
+        raise ConfigError(BAD_YAML.format(path=file, error=NOT_A_MAPPING.format(kind=type(data).__name__)))
     return data
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Return a copy of ``data`` with ``key.sub=value`` items set (values parsed as YAML).
+    """Return a copy of ``data`` with ``key.sub=value`` items set (values parsed as YAML, with the
+    limits of :func:`parse_yaml`).
 
     Example:
         >>> apply_overrides({"optim": {"lr": 0.1}}, ["optim.lr=0.5", "method.options.c_bar=2"])
@@ -46,8 +184,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(BAD_OVERRIDE.format(item=item))
+        value = parse_yaml(raw, f"override {item!r}") if raw.strip() else None
         try:
-            set_dotted(result, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+            set_dotted(result, key.strip(), value)
         except DottedPathError as error:
             raise ConfigError(BAD_OVERRIDE.format(item=item)) from error
     return result
