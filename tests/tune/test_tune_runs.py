@@ -12,13 +12,19 @@ import yaml
 
 from mr2.cli.main import main
 from mr2.config import load_config
+from mr2.config.names import BAD_NAME
 from mr2.sweep import plan_sweep
 from mr2.sweep.launcher import NOT_KEY_VALUE, SLURM_ONLY
 from mr2.tune.run import (
+    BAD_COUNT,
     BAD_SEEDS,
+    MAX_SEEDS,
+    MISSING_SEEDS,
     NO_VALIDATION_SPLIT,
+    NOT_ACCEPTED,
     OVERLAPPING_SEEDS,
     TOO_FEW_SEEDS,
+    TOO_MANY_SEEDS,
     UNKNOWN_CANDIDATES,
     UNKNOWN_CRITERION,
     make_request,
@@ -191,3 +197,94 @@ def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_pa
         for run in jobs:
             assert (directory / phase / run / "final.json").is_file()
             assert "=== mr2 sweep (submitit job" in (directory / phase / run / "train.log").read_text()
+
+
+def _finished_copy(tuned, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of the module's finished tune directory (every run finished) and the arguments that tune
+    it in place."""
+    import shutil
+
+    tmp, _config_file, args = tuned
+    if not (tmp / "out" / "t" / "recommendation.json").is_file():
+        assert main(args) == 0
+    shutil.copytree(tmp / "out" / "t", tmp_path / "out" / "t")
+    copied = [*args]
+    copied[copied.index("--output-dir") + 1] = str(tmp_path / "out")
+    return tmp_path / "out" / "t", copied
+
+
+def test_a_rerun_with_another_configuration_scores_none_of_the_refused_runs(tuned, tmp_path, capsys):
+    """Issue 22 item 2: rerun a finished tune with ``--set optim.lr=0.07``: its sweep refuses every
+    selection run (finished with lr 0.05), so none is scored, nothing is confirmed at lr 0.07 and the
+    recommendation made at lr 0.05 stays as it was."""
+    directory, args = _finished_copy(tuned, tmp_path)
+    before = (directory / "recommendation.json").read_text()
+    confirmation = sorted(p.name for p in (directory / "confirmation").iterdir())
+    capsys.readouterr()
+    assert main([*args, "--set", "optim.lr=0.07"]) == 1
+    out = capsys.readouterr().out
+    refused = [line for line in out.splitlines() if line.startswith("FAILED ")]
+    assert len(refused) == 12 and all("holds a finished run with a different configuration" in line
+                                      for line in refused)
+    assert "no recommendation: " in out and "== confirmation" not in out
+    assert NOT_ACCEPTED.format(count=12) in out
+    assert (directory / "recommendation.json").read_text() == before
+    assert json.loads(before)["base_config"]["optim"]["lr"] == 0.05
+    assert sorted(p.name for p in (directory / "confirmation").iterdir()) == confirmation
+
+
+def test_a_selection_run_locked_elsewhere_is_not_scored_and_its_candidate_is_not_eligible(
+        tuned, tmp_path, capsys):
+    """Issue 22 item 2: a selection run owned by another process (its lock held) is not scored, even
+    if it finishes meanwhile; its candidate lacks that seed, so it is not eligible, and the record says
+    which seed is missing."""
+    from mr2.rundir import RunLock
+
+    directory, args = _finished_copy(tuned, tmp_path)
+    label = "mr2-logit_only-c1"
+    run_dir = directory / "selection" / f"{label}__seed=1"
+    (run_dir / "final.json").unlink()
+    capsys.readouterr()
+    with RunLock(run_dir):
+        code = main(args)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"RUNNING ELSEWHERE {label}__seed=1" in out
+    record = json.loads((directory / "recommendation.json").read_text())
+    assert record["selection"]["missing_seeds"] == {label: [1]}
+    entry = next(c for c in record["selection"]["candidates"] if c["label"] == label)
+    assert entry["eligible"] is False and entry["runs"] == [f"{label}__seed=0", f"{label}__seed=2"]
+    assert record["label"] != label
+    assert MISSING_SEEDS.format(label=label, seeds=[1]) in out
+    others = [c for c in record["selection"]["candidates"] if c["label"] != label]
+    assert all(len(c["runs"]) == 3 for c in others)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--workers", "0"], BAD_COUNT.format(flag="--workers", value=0)),
+        (["--workers", "-2"], BAD_COUNT.format(flag="--workers", value=-2)),
+        (["--threads-per-run", "0"], BAD_COUNT.format(flag="--threads-per-run", value=0)),
+        (["--seeds", "100000000"], TOO_MANY_SEEDS.format(flag="--seeds", count=100000000, maximum=MAX_SEEDS)),
+        (["--confirm-seeds", "1001"], TOO_MANY_SEEDS.format(flag="--confirm-seeds", count=1001,
+                                                            maximum=MAX_SEEDS)),
+        (["--seeds", "9" * 5000], TOO_MANY_SEEDS.format(flag="--seeds", count="9" * 12 + "...",
+                                                        maximum=MAX_SEEDS)),
+        (["--seeds", ",".join(str(s) for s in range(1001))],
+         TOO_MANY_SEEDS.format(flag="--seeds", count=1001, maximum=MAX_SEEDS)),
+        (["--name", ".."], BAD_NAME.format(what="--name", value="'..'",
+                                           problem="'.' and '..' name directories, not runs")),
+        (["--name", "a\nb"], "it contains a control character"),
+    ],
+    ids=["workers-0", "workers-negative", "threads-0", "seeds-huge", "confirm-seeds-1001", "seeds-digits",
+         "seeds-list", "name-dotdot", "name-newline"],
+)
+def test_names_and_counts_out_of_range_are_refused_like_the_sweep_refuses_them(tmp_path, capsys, extra, message):
+    config = _config(tmp_path)
+    out_dir = tmp_path / "out"
+    code = main(["tune", "--config", str(config), "--output-dir", str(out_dir), *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("mr2 tune: error: ") and message in err and err.count("\n") == 1
+    assert not out_dir.exists()

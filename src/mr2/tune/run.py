@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,13 +27,22 @@ import yaml
 
 import mr2
 from mr2.config import RunConfig, config_to_dict
+from mr2.config.names import check_name
 from mr2.io import atomic_write_json
 from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
 from mr2.sweep.launcher import launcher_from_dict
 from mr2.sweep.plan import RunPoint
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
-from mr2.tune.selection import CRITERIA, Choice, TuneSelectionError, choose, read_candidate_runs, rule_text
+from mr2.tune.selection import (
+    CRITERIA,
+    Choice,
+    TuneSelectionError,
+    ValidationFigures,
+    choose,
+    read_candidate_runs,
+    rule_text,
+)
 
 __all__ = [
     "RECOMMENDATION_FILE",
@@ -60,8 +70,24 @@ OVERLAPPING_SEEDS = (
     "selection seeds {selection} and confirmation seeds {confirmation} overlap in {common}; the "
     "confirmation must use fresh seeds"
 )
-BAD_NAME = "--name must be a non-empty name without '/'; got {value!r}"
 SELECTION_FAILED = "no recommendation: {error}"
+REFERENCE_INCOMPLETE = (
+    "ERM lacks selection seed(s) {seeds} (not accepted by this invocation's sweep: see above), so the "
+    "candidates cannot be compared with it seed for seed; re-run once those runs can train"
+)
+BAD_COUNT = "{flag} must be an integer >= 1; got {value}"
+#: The most seeds ``--seeds`` or ``--confirm-seeds`` may ask for (checked before any list is built).
+MAX_SEEDS = 1000
+TOO_MANY_SEEDS = (
+    "{flag} asks for {count} seeds; at most {maximum} are allowed (every seed trains every candidate once)"
+)
+NOT_ACCEPTED = (
+    "{count} selection run(s) were not accepted by this invocation's sweep (failed, refused or running "
+    "elsewhere: see above) and are not scored"
+)
+MISSING_SEEDS = (
+    "{label} is not eligible: selection seed(s) {seeds} were not accepted by this invocation's sweep"
+)
 
 
 class TuneInputError(ValueError):
@@ -111,12 +137,22 @@ def _seeds(value: str | int | None, flag: str, default: int, start: int = 0) -> 
         value = default
     text = str(value).strip()
     if text.isdigit() and "," not in text:
+        if len(text) > len(str(MAX_SEEDS)):  # before int(): a count of thousands of digits
+            shown = text.lstrip("0") or "0"
+            if len(shown) > len(str(MAX_SEEDS)):
+                shown = shown if len(shown) <= 12 else shown[:12] + "..."
+                raise TuneInputError(TOO_MANY_SEEDS.format(flag=flag, count=shown, maximum=MAX_SEEDS))
         count = int(text)
+        if count > MAX_SEEDS:
+            raise TuneInputError(TOO_MANY_SEEDS.format(flag=flag, count=count, maximum=MAX_SEEDS))
         if count < 2:
             raise TuneInputError(TOO_FEW_SEEDS.format(flag=flag, count=count))
         return list(range(start, start + count))
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_SEEDS:
+        raise TuneInputError(TOO_MANY_SEEDS.format(flag=flag, count=len(parts), maximum=MAX_SEEDS))
     try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
+        seeds = [int(part) for part in parts]
     except ValueError:
         raise TuneInputError(BAD_SEEDS.format(flag=flag, minimum=2, value=value)) from None
     if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
@@ -153,8 +189,11 @@ def make_request(
         raise TuneInputError(UNKNOWN_CANDIDATES.format(value=candidate_set, choices=choices))
     if config.data.val_fraction <= 0:
         raise TuneInputError(NO_VALIDATION_SPLIT)
-    if not name or "/" in name or name in (".", ".."):
-        raise TuneInputError(BAD_NAME.format(value=name))
+    check_name(name, "--name", TuneInputError)
+    if workers < 1:
+        raise TuneInputError(BAD_COUNT.format(flag="--workers", value=workers))
+    if threads_per_run is not None and threads_per_run < 1:
+        raise TuneInputError(BAD_COUNT.format(flag="--threads-per-run", value=threads_per_run))
     selection = _seeds(seeds, "--seeds", 3)
     confirmation = _seeds(confirm_seeds, "--confirm-seeds", 3, start=max(selection) + 1)
     common = sorted(set(selection) & set(confirmation))
@@ -164,7 +203,7 @@ def make_request(
     if launcher is not None:
         launcher_from_dict(launcher)  # the sweeps would refuse it later, after the selection ran
     return TuneRequest(config, name, output_dir or config.output_dir, selection, confirmation, candidate_set,
-                       criterion, max(1, workers), threads_per_run, launcher)
+                       criterion, workers, threads_per_run, launcher)
 
 
 def _base(config: RunConfig) -> dict[str, Any]:
@@ -231,6 +270,48 @@ def _groups(points: list[RunPoint]) -> dict[str, list[Path]]:
     for point in points:
         groups.setdefault(point.label, []).append(point.run_dir)
     return groups
+
+
+def accepted_points(result: SweepResult) -> list[RunPoint]:
+    """The runs the sweep accepted in this invocation: trained now or finished earlier with the planned
+    configuration. Failed runs, runs refused (finished with another configuration) and runs owned by
+    another process are left out, even if a finished ``final.json`` lies in their directory."""
+    return [o.point for o in result.outcomes if o.status in ("done", "skipped")]
+
+
+def missing_seeds(accepted: Sequence[RunPoint], request: TuneRequest) -> dict[str, list[int]]:
+    """Candidate label -> the selection seeds it lacks among ``accepted`` (candidates lacking none
+    are left out), in candidate order."""
+    have: dict[str, set[int]] = {}
+    for point in accepted:
+        have.setdefault(point.label, set()).add(point.seed)
+    missing = {c.label: [s for s in request.seeds if s not in have.get(c.label, set())]
+               for c in request.candidates}
+    return {label: seeds for label, seeds in missing.items() if seeds}
+
+
+def choose_complete(runs: Mapping[str, Sequence[ValidationFigures]], missing: Mapping[str, Sequence[int]],
+                    criterion: str) -> Choice:
+    """:func:`choose` among the candidates with every selection seed; a candidate lacking one is listed
+    with its figures on the seeds it has but is not eligible (ERM lacking one: no choice).
+
+    Raises:
+        TuneSelectionError: ERM lacks a selection seed, or :func:`choose` refuses.
+    """
+    if REFERENCE_LABEL in missing:
+        raise TuneSelectionError(REFERENCE_INCOMPLETE.format(seeds=list(missing[REFERENCE_LABEL])))
+    complete = {label: group for label, group in runs.items() if label not in missing}
+    choice = choose(complete, criterion, REFERENCE_LABEL)
+    if not missing:
+        return choice
+    everything = choose(runs, criterion, REFERENCE_LABEL)  # the same tiers: ERM's runs are the same
+    by_label = {s.label: s for s in choice.scores}
+    for score in everything.scores:
+        if score.label in missing:
+            score.eligible = False
+            by_label[score.label] = score
+    choice.scores = [by_label[label] for label in runs if label in by_label]
+    return choice
 
 
 def _percent(value: float) -> str:
@@ -329,8 +410,14 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     spec = selection_spec(request)
     selection = run_sweep(spec, stream=out, report=False)
     outcome = TuneOutcome(request, selection)
+    accepted = accepted_points(selection)
+    if len(accepted) < len(selection.points):
+        print("\n" + NOT_ACCEPTED.format(count=len(selection.points) - len(accepted)), file=out)
+    missing = missing_seeds(accepted, request)
+    for label, seeds in missing.items():
+        print(MISSING_SEEDS.format(label=label, seeds=seeds), file=out)
     try:
-        choice = choose(read_candidate_runs(_groups(selection.points)), request.criterion, REFERENCE_LABEL)
+        choice = choose_complete(read_candidate_runs(_groups(accepted)), missing, request.criterion)
     except TuneSelectionError as error:
         outcome.error = SELECTION_FAILED.format(error=error)
         print(f"\n{outcome.error}", file=out)
@@ -358,7 +445,8 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         "criterion": request.criterion,
         "rule": rule_text(request.criterion),
         "candidate_set": request.candidate_set,
-        "selection": {"seeds": request.seeds, "split": "validation", **choice.to_dict()},
+        "selection": {"seeds": request.seeds, "split": "validation", **choice.to_dict(),
+                      "missing_seeds": missing},
         "confirmation": {
             "seeds": request.confirm_seeds,
             "split": "test",
