@@ -123,7 +123,7 @@ def parse_yaml(text: str, source: str) -> Any:
         >>> try:
         ...     parse_yaml("a: &x 1\\nb: *x", "config file c.yaml")
         ... except ConfigError as error:
-        ...     print(str(error)[:62])
+        ...     print(str(error)[:61])
         config file c.yaml, line 1: YAML anchors and aliases (&x) are
     """
     loader = _StrictLoader(text)
