@@ -1,42 +1,76 @@
 """The rule that chooses ``mr2 tune``'s recommendation, on the VALIDATION split only.
 
 Test numbers cannot reach the choice: :func:`choose` receives :class:`ValidationFigures`, which
-hold nothing but a run's validation results, and :func:`read_validation` (the only reader of
-``final.json`` on this path) copies nothing but the file's ``validation`` section into them.
+hold nothing but a run's validation results (built from its validation predictions by
+:meth:`ValidationFigures.from_predictions`, or from the ``validation`` section of ``final.json`` by
+:func:`read_validation`, which copies nothing else of the file).
+
+ERM (plain cross-entropy training) is the reference every candidate must beat.
 
 The rule, for criterion ``hard_tier`` (the default), over the selection seeds:
 
-1. rank the classes into tiers (3, or one per class with fewer classes) by ERM's mean validation
-   per-class accuracy (:func:`mr2.report.tiers.assign_tiers`); the hard tier is the last;
-2. score each run by its validation hard-tier accuracy (the mean of the per-class accuracies of the
-   hard tier's classes); a candidate's score is the mean over its seeds, with the seed standard
-   error ``std(ddof=1) / sqrt(n)``;
-3. a candidate whose mean validation overall accuracy is below ERM's by more than the seed
-   standard error of ERM's overall accuracy is not eligible;
-4. the eligible candidate with the highest score (ties: the earlier candidate) is recommended if
+1. every class's validation samples are split into two fixed halves A and B: the samples of class
+   ``k`` are put in a fixed pseudo-random order (a permutation drawn with the fixed seed
+   :data:`SPLIT_SEED`, the same for every run because every run has the same validation labels) and
+   dealt alternately to A and B (A gets the odd one out), see :func:`split_halves`;
+2. cross-fitted tiers: the classes are ranked into tiers (3, or one per class with fewer classes) by
+   ERM's mean per-class accuracy over its seeds on half A; every run (ERM's included) is scored by its
+   hard-tier accuracy on half B (the mean of the per-class accuracies of the hard tier's classes,
+   each class weighing the same); then the same with the halves swapped; the run's score is the mean
+   of the two directions::
+
+       score(run) = 1/2 * [ mean_{k in H_A} acc_B(run, k) + mean_{k in H_B} acc_A(run, k) ]
+
+   where ``H_A`` is the hard tier ranked on half A. No sample is used both to put a class in the hard
+   tier and to score it, so ERM's own score is not pulled down by the sample noise that made its
+   hard classes look hard (regression to the mean), which otherwise lets candidates beat ERM on
+   noise;
+3. a candidate's score is the mean over its seeds, with the seed standard error
+   ``std(ddof=1) / sqrt(n)``;
+4. a candidate is not eligible if it misses a selection seed (when the seeds are given), has fewer
+   than 2 runs, or its mean validation overall accuracy (all validation samples) is below ERM's by
+   more than the seed standard error of ERM's overall accuracy;
+5. the eligible candidate with the highest score (ties: the earlier candidate) is recommended if
    its score beats ERM's by more than the seed standard error of ERM's score; otherwise the
    recommendation is ERM.
 
-``worst_class`` scores a run by its lowest validation per-class accuracy instead, ``overall`` by its
-validation overall accuracy (step 3 then excludes nothing that could win).
+What remains: the same ERM models rank and are scored, so a seed-level weakness of ERM on a class
+(the same on both halves) still favours the candidates slightly; the standard-error margin of step 5
+scales with exactly that seed-to-seed spread. A simulation where every candidate has ERM's per-class
+accuracies (``tests/tune/test_tune_selection.py``) measures how often each rule keeps ERM.
+
+``worst_class`` scores a run by its lowest validation per-class accuracy and ``overall`` by its
+validation overall accuracy, both on all validation samples: neither ranks classes by ERM, so there
+are no tiers to split (steps 3-5 as above; under ``overall``, step 4's guard excludes nothing that
+could win). The tiers recorded for the confirmation (:attr:`Choice.tiers`) are ranked on ERM's mean
+per-class accuracy over ALL its validation samples: independent of the test split they are used on.
+
+The previous rule ranked and scored on the same samples (``tiers="same_samples"``); it is kept for
+the comparison and for runs recorded with per-class accuracies only (an older ``final.json`` holds no
+per-sample predictions), and :attr:`Choice.tier_rule` says which one was applied.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from mr2.report.tiers import assign_tiers
 
 __all__ = [
     "CRITERIA",
+    "MIN_SAMPLES_PER_CLASS",
+    "SPLIT_SEED",
+    "TIER_RULES",
     "CandidateScore",
     "Choice",
     "TuneSelectionError",
@@ -44,10 +78,21 @@ __all__ = [
     "choose",
     "read_validation",
     "rule_text",
+    "split_halves",
 ]
 
 #: What a candidate can be chosen by.
 CRITERIA = ("hard_tier", "worst_class", "overall")
+#: How the hard tier is ranked: on half of the validation samples and scored on the other half
+#: (cross-fitted), or ranked and scored on the same samples (the previous rule).
+TIER_RULES = ("split_half", "same_samples")
+TierRule = Literal["split_half", "same_samples"]
+#: The seed of the fixed within-class permutation that splits the validation samples in halves.
+SPLIT_SEED = 20_231_123
+#: Below this many validation samples per class in a scoring half (median over classes), the text
+#: warns that the scores are too noisy to move the choice away from ERM.
+MIN_SAMPLES_PER_CLASS = 50
+
 _SCORE_NAMES = {
     "hard_tier": "validation hard-tier accuracy",
     "worst_class": "validation worst-class accuracy",
@@ -63,10 +108,65 @@ TOO_FEW_REFERENCE_SEEDS = (
     "needed); see the failed runs above"
 )
 CLASS_COUNT_MISMATCH = "run {run} has {actual} classes on validation, ERM's runs have {expected}"
+UNKNOWN_CRITERION = "unknown criterion {value!r}; choose one of: {choices}"
+UNKNOWN_TIER_RULE = "unknown tier rule {value!r}; choose one of: {choices}"
+LABELS_DIFFER = (
+    "run {run}'s validation labels (y_true) differ from run {first}'s; every trial of a tune must "
+    "predict the same validation samples in the same order"
+)
+NO_PER_SAMPLE_FIGURES = (
+    "run {run} has per-class validation accuracies only; the split-half tiers need its per-sample "
+    "validation predictions (ValidationFigures.from_predictions)"
+)
+DUPLICATE_SEED = "candidate {label!r} has two runs with seed {seed} ({runs}); each seed once"
+BAD_PREDICTIONS = (
+    "run {run}: validation y_true and y_pred must be 1-D integer arrays of the same length with "
+    "class ids in [0, {num_classes}); got {detail}"
+)
+
+# Why a candidate is not eligible (CandidateScore.reason).
+_MISSING_SEEDS = "misses selection seed(s) {seeds}"
+_TOO_FEW_RUNS = "fewer than 2 runs ({count}): no seed standard error"
+_NO_SCORE = "no score"
+_OVERALL_COST = "overall accuracy below ERM's by more than ERM's seed SE"
 
 
 class TuneSelectionError(ValueError):
     """The choice cannot be made (e.g. too few finished ERM runs); the message says why."""
+
+
+def split_halves(y_true: ArrayLike) -> NDArray[np.int8]:
+    """The fixed half (0 = A, 1 = B) of each validation sample, balanced within each class.
+
+    The samples of each class are ordered by a permutation drawn with :data:`SPLIT_SEED` and dealt
+    alternately to A and B, so class ``k`` with ``n_k`` samples has ``ceil(n_k / 2)`` in A and
+    ``floor(n_k / 2)`` in B. The split depends on ``y_true`` only: every run of a tune gets the same.
+
+    Args:
+        y_true: [N] class ids.
+
+    Returns:
+        int8 array [N] of 0 / 1.
+
+    Example:
+        >>> halves = split_halves([0, 0, 0, 1, 1, 2, 2, 2, 2])
+        >>> [int(halves[[0, 1, 2]].sum()), int(halves[[3, 4]].sum()), int(halves[5:].sum())]
+        [1, 1, 2]
+        >>> bool(np.array_equal(halves, split_halves([0, 0, 0, 1, 1, 2, 2, 2, 2])))
+        True
+    """
+    labels = np.asarray(y_true, dtype=np.int64).reshape(-1)
+    keys = np.random.default_rng(SPLIT_SEED).random(labels.size)
+    order = np.lexsort((keys, labels))  # by class, then by the fixed random key
+    sorted_labels = labels[order]
+    position = np.arange(labels.size) - np.searchsorted(sorted_labels, sorted_labels, side="left")
+    halves = np.empty(labels.size, dtype=np.int8)
+    halves[order] = (position % 2).astype(np.int8)
+    return halves
+
+
+def _accuracy(correct: NDArray[np.float64], count: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.divide(correct, count, out=np.full(np.shape(correct), np.nan), where=count > 0)
 
 
 @dataclass(frozen=True)
@@ -78,16 +178,88 @@ class ValidationFigures:
         seed: its seed.
         overall_accuracy: validation overall accuracy.
         per_class_accuracy: [K] validation per-class accuracies (NaN: class absent from validation).
+        half_correct: ``(A, B)``: per-class numbers of correct predictions in each fixed half of
+            :func:`split_halves` (None: built from per-class accuracies only).
+        half_count: ``(A, B)``: per-class numbers of samples in each half (None as above).
+        labels_digest: SHA-256 of the validation ``y_true`` (int64): runs of one tune must agree.
     """
 
     run: str
     seed: int
     overall_accuracy: float
     per_class_accuracy: tuple[float, ...]
+    half_correct: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    half_count: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    labels_digest: str | None = None
+
+    @classmethod
+    def from_predictions(
+        cls, run: str, seed: int, y_true: ArrayLike, y_pred: ArrayLike, num_classes: int
+    ) -> ValidationFigures:
+        """The figures of one run from its per-sample validation predictions.
+
+        Args:
+            run: the run's (trial's) name.
+            seed: its seed.
+            y_true: [N] true class ids in ``[0, num_classes)``.
+            y_pred: [N] predicted class ids in ``[0, num_classes)``.
+            num_classes: K.
+
+        Raises:
+            TuneSelectionError: shapes, dtypes or class ids out of range.
+
+        Example:
+            >>> f = ValidationFigures.from_predictions("erm@0", 0, [0, 0, 1, 1], [0, 1, 1, 1], 2)
+            >>> f.overall_accuracy, f.per_class_accuracy, f.half_count
+            (0.75, (0.5, 1.0), ((1, 1), (1, 1)))
+        """
+        true = np.asarray(y_true)
+        pred = np.asarray(y_pred)
+        problem = ""
+        if true.ndim != 1 or pred.shape != true.shape:
+            problem = f"shapes {true.shape} and {pred.shape}"
+        elif true.size == 0:
+            problem = "no samples"
+        elif not (np.issubdtype(true.dtype, np.integer) and np.issubdtype(pred.dtype, np.integer)):
+            problem = f"dtypes {true.dtype} and {pred.dtype}"
+        elif true.size and (min(true.min(), pred.min()) < 0 or max(true.max(), pred.max()) >= num_classes):
+            problem = f"class ids from {min(true.min(), pred.min())} to {max(true.max(), pred.max())}"
+        if problem:
+            raise TuneSelectionError(BAD_PREDICTIONS.format(run=run, num_classes=num_classes, detail=problem))
+        labels = true.astype(np.int64)
+        hit = (labels == pred.astype(np.int64)).astype(np.float64)
+        index = split_halves(labels).astype(np.int64) * num_classes + labels
+        count = np.bincount(index, minlength=2 * num_classes).reshape(2, num_classes)
+        correct = np.bincount(index, weights=hit, minlength=2 * num_classes).reshape(2, num_classes)
+        correct_int = np.rint(correct).astype(np.int64)
+        per_class = _accuracy(correct_int.sum(0).astype(np.float64), count.sum(0).astype(np.float64))
+        return cls(
+            run=run,
+            seed=int(seed),
+            overall_accuracy=float(hit.mean()),
+            per_class_accuracy=tuple(float(v) for v in per_class),
+            half_correct=(tuple(int(v) for v in correct_int[0]), tuple(int(v) for v in correct_int[1])),
+            half_count=(tuple(int(v) for v in count[0]), tuple(int(v) for v in count[1])),
+            labels_digest=hashlib.sha256(np.ascontiguousarray(labels, dtype="<i8").tobytes()).hexdigest(),
+        )
+
+    @property
+    def has_samples(self) -> bool:
+        """Whether the per-half counts (per-sample predictions) are known."""
+        return self.half_correct is not None and self.half_count is not None
+
+    def half_accuracy(self) -> NDArray[np.float64]:
+        """[2, K] per-class accuracy on half A (row 0) and half B (row 1); NaN: no sample there."""
+        assert self.half_correct is not None and self.half_count is not None
+        return _accuracy(np.asarray(self.half_correct, dtype=np.float64),
+                         np.asarray(self.half_count, dtype=np.float64))
 
 
 def read_validation(run_dir: str | os.PathLike[str]) -> ValidationFigures:
     """The validation section of ``<run_dir>/final.json`` (nothing else of the file is kept).
+
+    ``final.json`` holds per-class figures only, so these figures carry no halves (see
+    :attr:`ValidationFigures.has_samples`).
 
     Raises:
         TuneSelectionError: the run has no validation results.
@@ -118,6 +290,10 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float]:
     return float(array.mean()), float(array.std(ddof=1) / math.sqrt(array.size))
 
 
+def _clean(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
 @dataclass
 class CandidateScore:
     """A candidate's validation figures over its finished seeds (fractions in [0, 1]).
@@ -126,10 +302,13 @@ class CandidateScore:
         label: the candidate.
         runs: the runs it was scored on.
         scores: per-run criterion values, in run order.
-        mean, se: their mean and seed standard error.
+        mean, se: their mean and seed standard error (NaN with fewer than 2 runs).
         overall: per-run validation overall accuracies.
         overall_mean, overall_se: their mean and seed standard error.
-        eligible: passes the overall-accuracy guard (always True for ERM).
+        eligible: may be recommended (always True for ERM).
+        seeds: the runs' seeds, in run order.
+        missing_seeds: selection seeds without a run (when :func:`choose` was given the seeds).
+        reason: why it is not eligible ("" when it is).
     """
 
     label: str
@@ -141,21 +320,24 @@ class CandidateScore:
     overall_mean: float
     overall_se: float
     eligible: bool = True
+    seeds: list[int] = field(default_factory=list)
+    missing_seeds: list[int] = field(default_factory=list)
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        def clean(value: float) -> float | None:
-            return None if math.isnan(value) else value
-
         return {
             "label": self.label,
             "runs": self.runs,
-            "scores": [clean(v) for v in self.scores],
-            "mean": clean(self.mean),
-            "se": clean(self.se),
-            "overall_accuracy": [clean(v) for v in self.overall],
-            "overall_mean": clean(self.overall_mean),
-            "overall_se": clean(self.overall_se),
+            "seeds": self.seeds,
+            "missing_seeds": self.missing_seeds,
+            "scores": [_clean(v) for v in self.scores],
+            "mean": _clean(self.mean),
+            "se": _clean(self.se),
+            "overall_accuracy": [_clean(v) for v in self.overall],
+            "overall_mean": _clean(self.overall_mean),
+            "overall_se": _clean(self.overall_se),
             "eligible": self.eligible,
+            "not_eligible_because": self.reason or None,
         }
 
 
@@ -168,11 +350,20 @@ class Choice:
         recommended: the chosen candidate's label (``reference`` when nothing beat it).
         reference: ERM's label.
         scores: every candidate's :class:`CandidateScore`, ERM first.
-        tiers: tier index of each class (by ERM's validation accuracy); [] unless ``hard_tier``.
+        tiers: tier index of each class by ERM's mean per-class accuracy on all its validation
+            samples (-1: no validation sample); the confirmation's test hard tier is the last tier.
+            [] unless ``hard_tier``.
         best: the best eligible non-reference candidate (None if there is none).
         margin: how much the best one's score beats ERM's (NaN without one).
         threshold: what it had to beat (ERM's seed standard error of the score).
-        explanation: the outcome in one plain sentence.
+        explanation: the outcome in plain sentences.
+        tier_rule: ``split_half`` or ``same_samples`` (see the module docstring); "" unless
+            ``hard_tier``.
+        split_tiers: ``[tiers ranked on half A, tiers ranked on half B]`` (split-half rule only).
+        samples_per_class: ``(min, median)`` over classes of the validation samples of a class in a
+            scoring half (``floor(n_k / 2)``; all ``n_k`` under the other criteria and rules); None
+            when unknown (figures without per-sample counts).
+        seeds: the selection seeds the candidates were checked against (None: not given).
     """
 
     criterion: str
@@ -184,10 +375,25 @@ class Choice:
     margin: float = math.nan
     threshold: float = math.nan
     explanation: str = ""
+    tier_rule: str = ""
+    split_tiers: list[list[int]] = field(default_factory=list)
+    samples_per_class: tuple[int, float] | None = None
+    seeds: list[int] | None = None
 
     @property
     def is_reference(self) -> bool:
         return self.recommended == self.reference
+
+    @property
+    def hard_classes(self) -> list[int]:
+        """The classes of the hard tier ranked on all of ERM's validation samples ([] without tiers)."""
+        ranked = [t for t in self.tiers if t >= 0]
+        return [k for k, t in enumerate(self.tiers) if ranked and t == max(ranked)]
+
+    @property
+    def noisy(self) -> bool:
+        """Fewer than :data:`MIN_SAMPLES_PER_CLASS` validation samples per class (median) are scored."""
+        return self.samples_per_class is not None and self.samples_per_class[1] < MIN_SAMPLES_PER_CLASS
 
     def score(self, label: str) -> CandidateScore:
         return next(s for s in self.scores if s.label == label)
@@ -198,47 +404,109 @@ class Choice:
             "recommended": self.recommended,
             "recommendation_is_reference": self.is_reference,
             "best_other": self.best,
-            "margin": None if math.isnan(self.margin) else self.margin,
-            "threshold": None if math.isnan(self.threshold) else self.threshold,
+            "margin": _clean(self.margin),
+            "threshold": _clean(self.threshold),
             "explanation": self.explanation,
-            "hard_tier_classes": [k for k, t in enumerate(self.tiers) if t == max(self.tiers)] if self.tiers
-            else [],
+            "tier_rule": self.tier_rule or None,
+            "hard_tier_classes": self.hard_classes,
             "tiers": self.tiers,
+            "split_tiers": self.split_tiers,
+            "scoring_samples_per_class": None if self.samples_per_class is None else {
+                "min": self.samples_per_class[0], "median": self.samples_per_class[1]},
+            "seeds": self.seeds,
+            "missing_seeds": {s.label: s.missing_seeds for s in self.scores if s.missing_seeds},
             "candidates": [s.to_dict() for s in self.scores],
         }
 
 
-def rule_text(criterion: str, reference: str = "erm") -> str:
-    """The rule in words, printed before anything runs and with the result."""
+def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half") -> str:
+    """The rule in words, printed before anything runs and with the result.
+
+    Example:
+        >>> print(rule_text("overall").split(". ")[0])
+        ERM (plain cross-entropy training, the reference) is what every candidate must beat
+    """
+    ref = reference.upper()
     name = _SCORE_NAMES[criterion]
-    tiers = (
-        f"Classes are ranked into tiers (easy/medium/hard) by {reference.upper()}'s mean validation "
-        "per-class accuracy over the selection seeds. " if criterion == "hard_tier" else ""
-    )
+    intro = f"{ref} (plain cross-entropy training, the reference) is what every candidate must beat. "
+    if criterion == "hard_tier" and tier_rule == "split_half":
+        tiers = (
+            "Each class's validation samples are split into two fixed halves (the same for every run). "
+            f"The classes are ranked into tiers (easy/medium/hard) by {ref}'s mean per-class accuracy on "
+            "one half, and every run, ERM's included, is scored by its hard-tier accuracy on the other "
+            "half; the same with the halves swapped, and the two scores are averaged, so no sample both "
+            "makes a class hard and scores it. "
+        )
+    elif criterion == "hard_tier":
+        tiers = (
+            f"Classes are ranked into tiers (easy/medium/hard) by {ref}'s mean validation per-class "
+            "accuracy over the selection seeds, on the same samples that score them. "
+        )
+    else:
+        tiers = ""
     return (
-        f"{tiers}Each candidate is scored by its mean {name} over the selection seeds. A candidate "
-        f"whose mean validation overall accuracy is below {reference.upper()}'s by more than "
-        f"{reference.upper()}'s seed standard error is not eligible. The best eligible candidate is "
-        f"recommended if its score beats {reference.upper()}'s by more than {reference.upper()}'s seed "
-        f"standard error of that score; otherwise the recommendation is {reference.upper()}. Only the "
-        "validation split is read; test results are reported after the choice, on fresh seeds."
+        f"{intro}{tiers}Each candidate is scored by its mean {name} over the selection seeds (± is the "
+        f"standard error of that mean over the seeds). A candidate is not eligible if it misses a "
+        f"selection seed, has fewer than 2 runs, or its mean validation overall accuracy is below "
+        f"{ref}'s by more than {ref}'s seed standard error. The best eligible candidate is recommended "
+        f"if its score beats {ref}'s by more than {ref}'s seed standard error of that score; otherwise "
+        f"the recommendation is {ref}. Only the validation split is read; test results are reported "
+        "after the choice, on fresh seeds."
     )
 
 
-def _run_score(criterion: str, figures: ValidationFigures, hard: np.ndarray) -> float:
-    per_class = np.asarray(figures.per_class_accuracy, dtype=np.float64)
-    if criterion == "overall":
-        return figures.overall_accuracy
-    if criterion == "worst_class":
-        finite = per_class[~np.isnan(per_class)]
-        return float(finite.min()) if finite.size else math.nan
-    values = per_class[hard]
-    values = values[~np.isnan(values)]
-    return float(values.mean()) if values.size else math.nan
+def _tiers(accuracy: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Tiers (3, or one per ranked class) of the classes with a finite accuracy; -1 for the others."""
+    ranked = ~np.isnan(accuracy)
+    tiers = np.full(accuracy.shape[0], -1, dtype=np.int64)
+    if ranked.any():
+        tiers[ranked] = assign_tiers(accuracy[ranked], min(3, int(ranked.sum())))
+    return tiers
+
+
+def _hard(tiers: NDArray[np.int64]) -> NDArray[np.bool_]:
+    return (tiers == tiers.max()) & (tiers >= 0)
+
+
+def _masked_mean(values: NDArray[np.float64], mask: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """Mean over the last axis of the finite ``values`` where ``mask``; NaN when there is none."""
+    keep = mask & ~np.isnan(values)
+    total = np.where(keep, values, 0.0).sum(-1)
+    count = keep.sum(-1).astype(np.float64)
+    return np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
+
+
+def _check(runs: Mapping[str, Sequence[ValidationFigures]], reference: str) -> int:
+    erm = list(runs.get(reference, []))
+    if len(erm) < 2:
+        raise TuneSelectionError(TOO_FEW_REFERENCE_SEEDS.format(count=len(erm)))
+    num_classes = len(erm[0].per_class_accuracy)
+    first: ValidationFigures | None = None
+    for label, group in runs.items():
+        seen: dict[int, str] = {}
+        for figures in group:
+            if len(figures.per_class_accuracy) != num_classes:
+                raise TuneSelectionError(CLASS_COUNT_MISMATCH.format(
+                    run=figures.run, actual=len(figures.per_class_accuracy), expected=num_classes))
+            if figures.seed in seen:
+                raise TuneSelectionError(DUPLICATE_SEED.format(
+                    label=label, seed=figures.seed, runs=f"{seen[figures.seed]}, {figures.run}"))
+            seen[figures.seed] = figures.run
+            if figures.labels_digest is not None:
+                if first is None:
+                    first = figures
+                elif figures.labels_digest != first.labels_digest:
+                    raise TuneSelectionError(LABELS_DIFFER.format(run=figures.run, first=first.run))
+    return num_classes
 
 
 def choose(
-    runs: Mapping[str, Sequence[ValidationFigures]], criterion: str = "hard_tier", reference: str = "erm"
+    runs: Mapping[str, Sequence[ValidationFigures]],
+    criterion: str = "hard_tier",
+    reference: str = "erm",
+    *,
+    seeds: Sequence[int] | None = None,
+    tiers: str | None = None,
 ) -> Choice:
     """Apply the rule (module docstring) to every candidate's validation figures.
 
@@ -247,9 +515,14 @@ def choose(
             reference among them).
         criterion: one of :data:`CRITERIA`.
         reference: the label of ERM.
+        seeds: the selection seeds; a candidate without a run for each is not eligible.
+        tiers: one of :data:`TIER_RULES`; None: ``split_half`` when every run has per-sample
+            figures, else ``same_samples`` (recorded in :attr:`Choice.tier_rule`).
 
     Raises:
-        TuneSelectionError: fewer than 2 finished reference runs, or runs of different class counts.
+        TuneSelectionError: fewer than 2 finished reference runs, runs of different class counts or
+            validation labels, a seed twice in one candidate, an unknown criterion or tier rule, or
+            ``tiers="split_half"`` on figures without per-sample counts.
 
     Example:
         >>> def run(name, seed, per_class):
@@ -257,69 +530,126 @@ def choose(
         >>> runs = {"erm": [run("e0", 0, (0.9, 0.8, 0.5)), run("e1", 1, (0.9, 0.8, 0.52))],
         ...         "mr2": [run("m0", 0, (0.9, 0.79, 0.6)), run("m1", 1, (0.88, 0.8, 0.62))]}
         >>> choice = choose(runs)
-        >>> choice.recommended, choice.tiers, round(choice.margin, 3), round(choice.threshold, 3)
-        ('mr2', [0, 1, 2], 0.1, 0.01)
+        >>> choice.recommended, choice.tier_rule, choice.tiers, round(choice.margin, 3)
+        ('mr2', 'same_samples', [0, 1, 2], 0.1)
+        >>> choose(runs, seeds=[0, 1, 2]).score("mr2").missing_seeds
+        [2]
     """
     if criterion not in CRITERIA:
-        raise ValueError(criterion)
-    erm = list(runs.get(reference, []))
-    if len(erm) < 2:
-        raise TuneSelectionError(TOO_FEW_REFERENCE_SEEDS.format(count=len(erm)))
-    num_classes = len(erm[0].per_class_accuracy)
-    for figures in (f for group in runs.values() for f in group):
-        if len(figures.per_class_accuracy) != num_classes:
-            raise TuneSelectionError(CLASS_COUNT_MISMATCH.format(
-                run=figures.run, actual=len(figures.per_class_accuracy), expected=num_classes))
-    tiers: list[int] = []
-    hard = np.zeros(num_classes, dtype=bool)
-    if criterion == "hard_tier":
-        with np.errstate(all="ignore"):
-            reference_accuracy = np.nanmean(np.array([f.per_class_accuracy for f in erm], dtype=np.float64),
-                                            axis=0)
-        assigned = assign_tiers(reference_accuracy, min(3, int(np.sum(~np.isnan(reference_accuracy)))))
-        tiers = [int(t) for t in assigned]
-        hard = assigned == assigned.max()
+        raise TuneSelectionError(UNKNOWN_CRITERION.format(value=criterion, choices=", ".join(CRITERIA)))
+    if tiers is not None and tiers not in TIER_RULES:
+        raise TuneSelectionError(UNKNOWN_TIER_RULE.format(value=tiers, choices=", ".join(TIER_RULES)))
+    num_classes = _check(runs, reference)
+    everything = [f for group in runs.values() for f in group]
+    without = next((f for f in everything if not f.has_samples), None)
+    if tiers == "split_half" and without is not None:
+        raise TuneSelectionError(NO_PER_SAMPLE_FIGURES.format(run=without.run))
+    rule = tiers or ("split_half" if without is None else "same_samples")
+    erm = list(runs[reference])
 
-    scores: list[CandidateScore] = []
+    split = criterion == "hard_tier" and rule == "split_half"
+    samples: tuple[int, float] | None = None
+    if without is None:
+        count = np.asarray(erm[0].half_count, dtype=np.int64)  # [2, K], the same for every run
+        per_class = count.min(0) if split else count.sum(0)
+        samples = (int(per_class.min()), float(np.median(per_class)))
+
+    given = None if seeds is None else [int(s) for s in seeds]
+    choice = Choice(criterion, reference, reference, [], seeds=given)
+    hard_full = np.zeros(num_classes, dtype=bool)
+    if criterion == "hard_tier":
+        choice.tier_rule = rule
+        per_class_erm = np.array([f.per_class_accuracy for f in erm], dtype=np.float64).T  # [K, R]
+        full = _masked_mean(per_class_erm, np.ones(per_class_erm.shape, dtype=bool))
+        full_tiers = _tiers(full)
+        choice.tiers = [int(t) for t in full_tiers]
+        hard_full = _hard(full_tiers)
+    if split:
+        # erm_half[h, k]: ERM's mean accuracy of class k on half h; the NaN pattern is the same for
+        # every run (same labels), so the mean needs no NaN handling.
+        erm_half = np.mean(np.stack([f.half_accuracy() for f in erm]), axis=0)
+        half_tiers = np.stack([_tiers(erm_half[0]), _tiers(erm_half[1])])  # [2, K]
+        hard_by_half = np.stack([_hard(half_tiers[0]), _hard(half_tiers[1])])  # ranked on A, on B
+        choice.split_tiers = [[int(t) for t in row] for row in half_tiers]
+
+    def run_scores(group: Sequence[ValidationFigures]) -> list[float]:
+        if not group:
+            return []
+        if criterion == "overall":
+            return [f.overall_accuracy for f in group]
+        if criterion == "worst_class":
+            per_class = np.array([f.per_class_accuracy for f in group], dtype=np.float64)
+            with np.errstate(all="ignore"):
+                worst = np.where(np.isnan(per_class), np.inf, per_class).min(-1)
+            return [math.nan if math.isinf(v) else float(v) for v in worst]
+        if not split:
+            per_class = np.array([f.per_class_accuracy for f in group], dtype=np.float64)
+            return [float(v) for v in _masked_mean(per_class, hard_full[None, :])]
+        half = np.stack([f.half_accuracy() for f in group])  # [R, 2, K]
+        # Ranked on A, scored on B; ranked on B, scored on A.
+        directions = np.stack([_masked_mean(half[:, 1], hard_by_half[0][None, :]),
+                               _masked_mean(half[:, 0], hard_by_half[1][None, :])], axis=-1)  # [R, 2]
+        return [float(v) for v in _masked_mean(directions, np.ones(2, dtype=bool)[None, :])]
+
     for label, group in runs.items():
-        values = [_run_score(criterion, f, hard) for f in group]
+        values = run_scores(group)
         overall = [f.overall_accuracy for f in group]
         mean, se = _mean_se(values)
         overall_mean, overall_se = _mean_se(overall)
-        scores.append(CandidateScore(label, [f.run for f in group], values, mean, se, overall, overall_mean,
-                                     overall_se))
-    erm_score = next(s for s in scores if s.label == reference)
-    for score in scores:
-        if score.label != reference:
-            score.eligible = bool(score.runs) and not math.isnan(score.mean) and (
-                score.overall_mean >= erm_score.overall_mean - erm_score.overall_se
-            )
-    eligible = [s for s in scores if s.label != reference and s.eligible]
-    choice = Choice(criterion, reference, reference, scores, tiers, threshold=erm_score.se)
-    name = _SCORE_NAMES[criterion]
+        run_seeds = [f.seed for f in group]
+        missing = [] if seeds is None else [int(s) for s in seeds if s not in set(run_seeds)]
+        choice.scores.append(CandidateScore(label, [f.run for f in group], values, mean, se, overall,
+                                            overall_mean, overall_se, seeds=run_seeds, missing_seeds=missing))
+    erm_score = choice.score(reference)
+    for score in choice.scores:
+        if score.label == reference:
+            continue
+        if score.missing_seeds:
+            score.reason = _MISSING_SEEDS.format(seeds=score.missing_seeds)
+        elif len(score.runs) < 2:
+            score.reason = _TOO_FEW_RUNS.format(count=len(score.runs))
+        elif math.isnan(score.mean):
+            score.reason = _NO_SCORE
+        elif not score.overall_mean >= erm_score.overall_mean - erm_score.overall_se:
+            score.reason = _OVERALL_COST
+        score.eligible = not score.reason
+    choice.samples_per_class = samples
+    choice.threshold = erm_score.se
+    _explain(choice, erm_score)
+    return choice
+
+
+def _explain(choice: Choice, erm_score: CandidateScore) -> None:
+    ref = choice.reference.upper()
+    name = _SCORE_NAMES[choice.criterion]
+    excluded = [s for s in choice.scores if s.label != choice.reference and s.missing_seeds]
+    missing = "".join(
+        f" {s.label} is not eligible: it misses selection seed(s) {s.missing_seeds}." for s in excluded
+    )
+    eligible = [s for s in choice.scores if s.label != choice.reference and s.eligible]
     if not eligible:
         choice.explanation = (
-            f"No candidate keeps its validation overall accuracy within one standard error of "
-            f"{reference.upper()}'s: the recommendation is {reference.upper()}."
+            f"No candidate is eligible (each misses a selection seed, has fewer than 2 runs, or loses "
+            f"more than one standard error of {ref}'s validation overall accuracy): the recommendation "
+            f"is {ref}.{missing}"
         )
-        return choice
-    best = max(eligible, key=lambda s: (s.mean, -scores.index(s)))
+        return
+    best = max(eligible, key=lambda s: (s.mean, -choice.scores.index(s)))
     choice.best = best.label
     choice.margin = best.mean - erm_score.mean
-    points = f"{100 * choice.margin:+.2f} points vs a standard error of {100 * choice.threshold:.2f}"
+    points = f"{100 * choice.margin:+.2f} points vs a seed standard error of {100 * choice.threshold:.2f}"
     if choice.margin > choice.threshold:
         choice.recommended = best.label
         choice.explanation = (
-            f"{best.label} has the best {name} ({100 * best.mean:.2f}% vs {reference.upper()}'s "
-            f"{100 * erm_score.mean:.2f}%, {points}): it is recommended."
+            f"{best.label} has the best {name} ({100 * best.mean:.2f}% vs {ref}'s "
+            f"{100 * erm_score.mean:.2f}%, {points}): it is recommended.{missing}"
         )
     else:
         choice.explanation = (
-            f"No candidate beats {reference.upper()}'s {name} by more than its seed standard error "
-            f"(best: {best.label}, {points}): the recommendation is {reference.upper()}, plain "
-            "cross-entropy."
+            f"No candidate beats {ref}'s {name} by more than its seed standard error "
+            f"(best: {best.label}, {points}): the recommendation is {ref}, plain "
+            f"cross-entropy.{missing}"
         )
-    return choice
 
 
 def read_candidate_runs(groups: Mapping[str, Sequence[Path]]) -> dict[str, list[ValidationFigures]]:
