@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from engine.conftest import base_config
 from mr2.config import config_from_dict
@@ -64,3 +65,27 @@ def test_epoch_tiers_follow_the_report_tier_rule():
     }
     assert epoch_tiers(accuracy) == pytest.approx(expected)
     assert epoch_tiers([0.5, float("nan")]) == {}
+
+
+def test_class_tags_use_the_metric_spelling(tmp_path):
+    """The engine's TensorBoard tags and ClasswiseDisparity.to_log_dict spell class names alike
+    (mr2.report.log_keys): "T-shirt/top" is T-shirt_top in both, colliding names made unique alike."""
+    from mr2.engine.logger import TrainingLog
+
+    metrics = pytest.importorskip("mr2.metrics", reason="torchmetrics is not installed")
+    names = ["T-shirt/top", "sea lion", "T-shirt_top", "crème"]
+    log = TrainingLog("run", 1, names, tmp_path / "tb", enabled=True, quiet=True)
+    record = {
+        "epoch": 1, "train_loss": 0.5, "train_accuracy": 0.5, "samples_per_second": 10.0,
+        "val_per_class_accuracy": [0.25, 0.5, 0.75, 1.0], "temperatures": [1.0, 2.0, 3.0, 4.0],
+    }
+    log.epoch(record, 0.0)
+    log.close()
+    scalars = _load(tmp_path / "tb").Tags()["scalars"]
+    engine_tags = sorted(t.removeprefix("val_class_accuracy/") for t in scalars if t.startswith("val_class_accuracy/"))
+    metric = metrics.ClasswiseDisparity(4, class_names=names)
+    metric.update(torch.arange(4), torch.arange(4))
+    metric_keys = sorted(k.removeprefix("class_accuracy/") for k in metric.to_log_dict() if k.startswith("class_accuracy/"))
+    assert engine_tags == metric_keys == sorted(["T-shirt_top", "sea_lion", "T-shirt_top_2", "cr_me"])
+    assert sorted(t.removeprefix("mr2/temperature/") for t in scalars if t.startswith("mr2/temperature/")) == engine_tags
+    assert _series(_load(tmp_path / "tb"), "val_class_accuracy/T-shirt_top_2") == [(1, 0.75)]

@@ -135,3 +135,119 @@ def test_two_processes_equal_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     # Each rank's own state holds only its share: the sum is the whole, neither part is.
     torch.testing.assert_close(locals_[0] + locals_[1], confusion)
     assert int(locals_[0].sum()) == 102 and int(locals_[1].sum()) == 101
+
+
+def test_num_classes_above_the_limit_is_refused_before_allocating() -> None:
+    # 10**6 classes would be an 8 TB K x K state: refused at construction, with the size it would take.
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(10**6)
+    assert str(info.value) == metric_module.NUM_CLASSES_TOO_LARGE.format(
+        value=10**6, limit=metric_module.MAX_NUM_CLASSES, size="8.0 TB"
+    )
+    assert metric_module.MAX_NUM_CLASSES == 100_000
+    for bad in (True, 2.0, "3", -1):
+        with pytest.raises(ReportError) as info:
+            ClasswiseDisparity(bad)  # type: ignore[arg-type]
+        assert str(info.value) == metric_module.NUM_CLASSES_INVALID.format(value=bad)
+
+
+@pytest.mark.parametrize("tiers", [0, 3, "easy", [0, 1, 2]])
+def test_tiers_must_be_a_tier_split(tiers: object) -> None:
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(3, tiers=tiers)  # type: ignore[arg-type]
+    assert str(info.value) == metric_module.TIERS_INVALID.format(kind=type(tiers).__name__)
+
+
+def test_class_names_must_be_strings() -> None:
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(3, class_names="abc")
+    assert str(info.value) == metric_module.CLASS_NAMES_INVALID.format(kind="str")
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(2, class_names=["a", 1])  # type: ignore[list-item]
+    assert str(info.value) == metric_module.CLASS_NAMES_INVALID.format(kind="list holding int")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_logits_are_refused(bad: float) -> None:
+    # argmax of an all-NaN row is class 0: without the check, four such rows of class 0 would give
+    # class 0 an accuracy of 1.0.
+    metric = ClasswiseDisparity(3)
+    logits = torch.zeros(4, 3)
+    logits[:, 1] = 1.0
+    logits[2] = bad
+    with pytest.raises(ReportError) as info:
+        metric.update(logits, torch.zeros(4, dtype=torch.long))
+    assert str(info.value) == metric_module.LOGITS_NOT_FINITE.format(count=3)
+    assert int(metric.confusion.sum()) == 0  # nothing counted
+
+
+def test_all_nan_rows_are_refused_and_the_opt_out_documents_why() -> None:
+    nan_rows = torch.full((4, 3), float("nan"))
+    target = torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ReportError, match="non-finite"):
+        ClasswiseDisparity(3).update(nan_rows, target)
+    # validate_args=False skips the host sync, and then NaN rows count as class 0 (what it trades off).
+    unchecked = ClasswiseDisparity(3, validate_args=False)
+    unchecked.update(nan_rows, target)
+    assert unchecked.confusion.tolist() == [[4, 0, 0], [0, 0, 0], [0, 0, 0]]
+    with pytest.raises(ReportError) as info:
+        ClasswiseDisparity(3, validate_args=1)  # type: ignore[arg-type]
+    assert str(info.value) == metric_module.VALIDATE_ARGS_INVALID.format(value=1)
+
+
+def test_update_takes_what_a_classifier_returns() -> None:
+    logits, target = batches(3, 50, 4)
+    features = torch.randn(50, 8)
+    plain = ClasswiseDisparity(4)
+    plain.update(logits, target)
+    for output in ((logits, features), [logits, features], (logits,)):
+        metric = ClasswiseDisparity(4)
+        metric.update(output, target)
+        assert metric.confusion.tolist() == plain.confusion.tolist()
+    ids = ClasswiseDisparity(4)
+    ids.update(logits.argmax(dim=1), target)
+    assert ids.confusion.tolist() == plain.confusion.tolist()
+
+
+@pytest.mark.parametrize(
+    ("preds", "description"),
+    [
+        ((), "an empty tuple"),
+        ([], "an empty list"),
+        (("x", torch.zeros(3)), "a tuple whose first element is an object of type str"),
+        ("logits", "an object of type str"),
+        (None, "an object of type NoneType"),
+        (np.zeros((3, 4)), "an object of type ndarray"),
+        (torch.zeros(3, 4, dtype=torch.complex64), "a tensor of shape (3, 4) and dtype torch.complex64"),
+        (torch.zeros(3, 4, dtype=torch.bool), "a tensor of shape (3, 4) and dtype torch.bool"),
+    ],
+)
+def test_update_refuses_anything_else_naming_it(preds: object, description: str) -> None:
+    metric = ClasswiseDisparity(4)
+    with pytest.raises(ReportError) as info:
+        metric.update(preds, torch.zeros(3, dtype=torch.long))  # type: ignore[arg-type]
+    assert str(info.value) == metric_module.PREDS_INVALID.format(description=description)
+
+
+def test_update_names_the_shapes_of_a_mismatch() -> None:
+    metric = ClasswiseDisparity(4)
+    with pytest.raises(ReportError, match=r"preds has shape \(3, 4, 2\)"):
+        metric.update(torch.zeros(3, 4, 2), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ReportError, match=r"got dtype torch\.float32"):
+        metric.update(torch.zeros(3), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ReportError) as info:
+        metric.update(torch.zeros(3, 4), [0, 1, 2])  # type: ignore[arg-type]
+    assert str(info.value) == metric_module.TARGET_INVALID.format(description="an object of type list")
+
+
+def test_class_names_are_logged_with_the_log_key_spelling() -> None:
+    # "T-shirt/top" must not add a level under class_accuracy/ (Lightning's log_dict, TensorBoard):
+    # the same spelling as the engine's TensorBoard tags (mr2.report.log_keys).
+    names = ["T-shirt/top", "sea lion", "T-shirt_top", ""]
+    metric = ClasswiseDisparity(4, class_names=names, tiers=TierSplit.from_accuracy([0.4, 0.3, 0.2, 0.1], 4))
+    metric.update(torch.tensor([0, 1, 2, 3, 0]), torch.tensor([0, 1, 2, 3, 1]))
+    logged = metric.to_log_dict("val/")
+    per_class = {k.removeprefix("val/class_accuracy/"): v for k, v in logged.items() if "class_accuracy/" in k}
+    assert per_class == {"T-shirt_top": 1.0, "sea_lion": 0.5, "T-shirt_top_2": 1.0, "3": 1.0}
+    assert {k for k in logged if "/tier/" in k} == {f"val/tier/tier_{t}" for t in range(1, 5)}
+    assert all(k.count("/") == 2 for k in logged if "class_accuracy/" in k or "/tier/" in k)

@@ -8,6 +8,10 @@ temperature, spread and second moment (``mr2/temperature/<class>``, ``mr2/spread
 ``mr2/second_moment/<class>``); every ``log_every`` optimiser steps the step's loss and its parts
 (``train_step/...``, at the global step); at the end the sorted per-class test accuracy as a figure
 (``test/sorted_class_accuracy``). A resumed run purges the events after its checkpoint.
+
+``<class>`` is the class name spelled by :func:`mr2.report.log_keys.log_keys` (every character outside
+``[A-Za-z0-9_.-]`` becomes ``_``, collisions made unique), the spelling of
+``ClasswiseDisparity.to_log_dict``.
 """
 
 from __future__ import annotations
@@ -23,16 +27,13 @@ import numpy as np
 
 from mr2.checks import is_number
 from mr2.report.exceptions import MissingClassWarning
+from mr2.report.log_keys import log_keys
 from mr2.report.tiers import TierSplit
 
 __all__ = ["TrainingLog", "epoch_tiers"]
 
 #: metrics.jsonl per-class lists written to TensorBoard under ``mr2/<name>/<class>``.
 CLASS_SERIES = {"temperatures": "temperature", "spread": "spread", "second_moment": "second_moment"}
-
-
-def _safe_tag(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "class"
 
 
 def epoch_tiers(per_class: Sequence[float]) -> dict[str, float]:
@@ -72,7 +73,7 @@ class TrainingLog:
     ) -> None:
         self.run_name = run_name
         self.epochs = epochs
-        self.class_tags = [_safe_tag(n) for n in class_names]
+        self.class_tags = log_keys(class_names)
         self.enabled = enabled
         self.quiet = quiet or not enabled
         self.writer: Any = None

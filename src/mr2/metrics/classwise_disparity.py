@@ -10,6 +10,17 @@ flat ``{name: float}`` that ``LightningModule.log_dict`` and TensorBoard's ``add
 - ``{prefix}tier/{tier}`` for each tier when a fixed :class:`mr2.report.TierSplit` is given;
 - ``{prefix}class_accuracy/{class name}`` for every class (the id when no names are given; NaN for a
   class without samples).
+
+Class and tier names are spelled by :func:`mr2.report.log_keys.log_keys` (every character outside
+``[A-Za-z0-9_.-]`` becomes ``_``: ``T-shirt/top`` is logged as ``class_accuracy/T-shirt_top``), the
+spelling of the engine's TensorBoard tags.
+
+``update`` takes what a classifier returns: logits [N, K], class ids [N], or a ``(logits, features)``
+tuple or list (the first element is used). With ``validate_args=True`` (the default) it refuses
+non-finite logits and class ids outside ``[0, K)``; both checks read the batch on the host, one sync
+per ``update`` on an accelerator. ``validate_args=False`` skips them (torchmetrics' opt-out): a NaN
+row then counts as a prediction of class 0 (``argmax`` of NaN) and an out-of-range id fails with an
+indexing error or a device-side assert; use it only when the inputs are checked elsewhere.
 """
 
 from __future__ import annotations
@@ -30,13 +41,36 @@ from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
 from mr2.report.disparity import DisparityReport
 from mr2.report.exceptions import ReportError
+from mr2.report.log_keys import log_key, log_keys
 from mr2.report.tiers import TierSplit
 
 __all__ = ["ClasswiseDisparity"]
 
+#: The largest ``num_classes``: the K x K int64 state takes 8 K^2 bytes (80 GB at this limit).
+MAX_NUM_CLASSES = 100_000
+
 NUM_CLASSES_INVALID = "num_classes must be a positive integer, got {value!r}"
+NUM_CLASSES_TOO_LARGE = (
+    "num_classes {value} is above ClasswiseDisparity's limit of {limit}: its K x K int64 confusion "
+    "state would take {size} on every process; check num_classes (the number of classes, not of samples)"
+)
 CLASS_NAMES_MISMATCH = "got {num_names} class names for {num_classes} classes; pass one name per class"
+CLASS_NAMES_INVALID = "class_names must be a list of K strings (one per class), got {kind}"
 TIERS_MISMATCH = "the tier split was made for {expected} classes, the metric has {actual}"
+TIERS_INVALID = (
+    "tiers must be a mr2.report.TierSplit ranked on a reference run (TierSplit.from_accuracy("
+    "reference_per_class_accuracy)) or None, got {kind}"
+)
+VALIDATE_ARGS_INVALID = "validate_args must be True or False, got {value!r}"
+PREDS_INVALID = (
+    "update takes the classifier's output: logits [N, K] (floating point), class ids [N] (integer) "
+    "or a (logits, features) tuple; got {description}"
+)
+TARGET_INVALID = "update's target must be a tensor of class ids [N] (integer); got {description}"
+LOGITS_NOT_FINITE = (
+    "logits hold {count} non-finite value(s) (NaN or infinity); the model diverged or the input "
+    "holds NaN/Inf (argmax would score such a row as class 0). Nothing of this batch was counted"
+)
 
 #: The summary metrics of ``to_log_dict``: (log name, DisparityReport summary key).
 _LOGGED = (
@@ -59,6 +93,9 @@ class ClasswiseDisparity(Metric):
         tiers: optional fixed tier split (ranked on a reference run); without it the report ranks
             the run by its own accuracy and ``to_log_dict`` logs no tier.
         bottom_fraction: fraction of the worst classes averaged in ``bottom_mean``.
+        validate_args: check every batch for non-finite logits and class ids outside ``[0, K)``
+            (one host sync per ``update`` on an accelerator); False skips both checks, see the module
+            docstring for what that trades off.
         **kwargs: torchmetrics' options (``process_group``, ``dist_sync_on_step``, ...).
 
     Example:
@@ -84,17 +121,40 @@ class ClasswiseDisparity(Metric):
         *,
         tiers: TierSplit | None = None,
         bottom_fraction: float = 0.1,
+        validate_args: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
         if not is_int(num_classes) or num_classes < 1:
             raise ReportError(NUM_CLASSES_INVALID.format(value=num_classes))
-        if class_names is not None and len(class_names) != num_classes:
+        if num_classes > MAX_NUM_CLASSES:
             raise ReportError(
-                CLASS_NAMES_MISMATCH.format(num_names=len(class_names), num_classes=num_classes)
+                NUM_CLASSES_TOO_LARGE.format(
+                    value=num_classes, limit=MAX_NUM_CLASSES, size=_format_bytes(8 * num_classes**2)
+                )
             )
-        if tiers is not None and tiers.num_classes != num_classes:
-            raise ReportError(TIERS_MISMATCH.format(expected=tiers.num_classes, actual=num_classes))
+        if class_names is not None:
+            if isinstance(class_names, str) or not isinstance(class_names, Sequence):
+                raise ReportError(CLASS_NAMES_INVALID.format(kind=type(class_names).__name__))
+            wrong = next((name for name in class_names if not isinstance(name, str)), None)
+            if wrong is not None:
+                raise ReportError(
+                    CLASS_NAMES_INVALID.format(
+                        kind=f"{type(class_names).__name__} holding {type(wrong).__name__}"
+                    )
+                )
+            if len(class_names) != num_classes:
+                raise ReportError(
+                    CLASS_NAMES_MISMATCH.format(num_names=len(class_names), num_classes=num_classes)
+                )
+        if tiers is not None:
+            if not isinstance(tiers, TierSplit):
+                raise ReportError(TIERS_INVALID.format(kind=type(tiers).__name__))
+            if tiers.num_classes != num_classes:
+                raise ReportError(TIERS_MISMATCH.format(expected=tiers.num_classes, actual=num_classes))
+        if not isinstance(validate_args, bool):
+            raise ReportError(VALIDATE_ARGS_INVALID.format(value=validate_args))
+        super().__init__(**kwargs)
+        self.validate_args = validate_args
         self.num_classes = num_classes
         self.class_names = list(class_names) if class_names is not None else None
         self.tiers = tiers
@@ -105,9 +165,43 @@ class ClasswiseDisparity(Metric):
             dist_reduce_fx="sum",
         )
 
-    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """Add a batch: predicted ids [N] or logits/probabilities [N, K], and targets [N]."""
-        self.confusion += confusion_matrix(preds, target, self.num_classes).to(self.confusion.device)
+    def update(
+        self, preds: torch.Tensor | tuple[torch.Tensor, ...] | list[torch.Tensor], target: torch.Tensor
+    ) -> None:
+        """Add a batch: logits/probabilities [N, K], predicted ids [N] or a ``(logits, features)``
+        tuple (what mr2's classifiers return), and targets [N].
+
+        Raises:
+            ReportError: an input of another type or shape (named in the message), non-finite
+                logits or class ids outside ``[0, K)`` (with ``validate_args``).
+        """
+        preds = _classifier_output(preds)
+        if not isinstance(target, torch.Tensor):
+            raise ReportError(TARGET_INVALID.format(description=_describe(target)))
+        if self.validate_args and not self._values_ok(preds, target):
+            if preds.dim() == 2 and preds.is_floating_point():
+                bad = int((~torch.isfinite(preds)).sum())
+                if bad:
+                    raise ReportError(LOGITS_NOT_FINITE.format(count=bad))
+            confusion_matrix(preds, target, self.num_classes)  # raises the range error, naming it
+        self.confusion += confusion_matrix(preds, target, self.num_classes, validate_args=False).to(
+            self.confusion.device
+        )
+
+    def _values_ok(self, preds: torch.Tensor, target: torch.Tensor) -> bool:
+        """Finite logits and class ids in ``[0, K)``, read in ONE host sync (the checks of
+        ``validate_args``; the messages are made only when it fails)."""
+        checks: list[torch.Tensor] = []
+        if preds.dim() == 2 and preds.is_floating_point():
+            checks.append(torch.isfinite(preds).all())
+        for labels in (preds, target) if preds.dim() == 1 else (target,):
+            if labels.numel() and not (
+                labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool
+            ):
+                checks += [labels.min() >= 0, labels.max() < self.num_classes]
+        if not checks:
+            return True
+        return bool(torch.stack([check.to(target.device) for check in checks]).all())
 
     def compute(self) -> DisparityReport:
         """The report of every sample seen (on every rank)."""
@@ -125,8 +219,44 @@ class ClasswiseDisparity(Metric):
         logged = {f"{prefix}{name}": float(summary[key]) for name, key in _LOGGED}
         if self.tiers is not None:
             for name, value in report.tier_accuracy().items():
-                logged[f"{prefix}tier/{name}"] = float(value)
-        names = self.class_names or [str(k) for k in range(self.num_classes)]
+                logged[f"{prefix}tier/{log_key(name)}"] = float(value)
+        names = log_keys(self.class_names or [str(k) for k in range(self.num_classes)])
         for name, value in zip(names, report.by_class.tolist(), strict=True):
             logged[f"{prefix}class_accuracy/{name}"] = float(value)
         return logged
+
+
+def _format_bytes(size: int) -> str:
+    """``8e12`` -> ``"8.0 TB"`` (decimal units)."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if value < 1000 or unit == "PB":
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _describe(value: object) -> str:
+    """A short description of an input for an error message (type; shape and dtype of a tensor)."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"an object of type {type(value).__name__}"
+
+
+def _classifier_output(preds: object) -> torch.Tensor:
+    """The logits or class ids in what a classifier returned (a tensor, or a tuple/list whose first
+    element is one)."""
+    if isinstance(preds, (tuple, list)):
+        kind = type(preds).__name__
+        if not preds:
+            raise ReportError(PREDS_INVALID.format(description=f"an empty {kind}"))
+        if not isinstance(preds[0], torch.Tensor):
+            raise ReportError(
+                PREDS_INVALID.format(description=f"a {kind} whose first element is {_describe(preds[0])}")
+            )
+        preds = preds[0]
+    if not isinstance(preds, torch.Tensor):
+        raise ReportError(PREDS_INVALID.format(description=_describe(preds)))
+    if preds.dim() == 2 and (preds.is_complex() or preds.dtype == torch.bool):
+        raise ReportError(PREDS_INVALID.format(description=_describe(preds)))
+    return preds
