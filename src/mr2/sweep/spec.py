@@ -36,8 +36,11 @@ Every problem raises :class:`SweepSpecError` naming the key.
 
 from __future__ import annotations
 
+import collections
 import copy
+import math
 import os
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +52,10 @@ from mr2.config.schema import build_dataclass
 from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
 
 __all__ = [
+    "MAX_RUNS",
+    "MAX_SEED",
+    "MAX_SEEDS",
+    "MAX_WORKERS",
     "SELECT_BY",
     "MethodEntry",
     "ReportOptions",
@@ -68,6 +75,14 @@ EMPTY_AXIS = "grid axis {path!r} has no values; give at least one."
 RESERVED_KEY = "sweep key {path!r} sets {key!r}, which the sweep itself sets per run (remove it)."
 UNKNOWN_REFERENCE = "reference {reference!r} is not a method entry of the sweep; entries: {labels}."
 DUPLICATE_SEEDS = "sweep key 'seeds' lists a seed twice: {seeds}."
+TOO_MANY_SEEDS = (
+    "sweep key 'seeds' asks for {count} seeds; a sweep has at most {limit} (list fewer seeds, or split "
+    "the sweep)"
+)
+TOO_MANY_RUNS = (
+    "the sweep would plan {count} runs ({settings} settings x {seeds} seed(s)); at most {limit} runs "
+    "are allowed: use fewer grid values, seeds or method entries, or split it into several sweeps"
+)
 REQUIRED_UNSET = (
     "this sweep needs {keys} set in its base configuration; pass {flags} (e.g. to `mr2 sweep "
     "--preset NAME`)"
@@ -77,6 +92,17 @@ TOO_FEW_DEVICES = (
     "run need {needed}; list more devices or lower 'workers'"
 )
 UNKNOWN_METHOD = "method entry {label!r}: {error}"
+
+#: Most seeds a sweep lists (or counts).
+MAX_SEEDS = 10_000
+#: Largest seed (numpy's generators take seeds below 2**32).
+MAX_SEED = 2**32 - 1
+#: Most runs a sweep plans (settings x seeds), checked before the grid is expanded.
+MAX_RUNS = 100_000
+#: Most parallel workers, torch threads per run and processes per run.
+MAX_WORKERS = 1024
+#: Most bootstrap resamples of the report.
+MAX_BOOTSTRAP = 100_000
 
 #: Validation metrics hyperparameters can be selected by (never a test metric).
 SELECT_BY = ("val_accuracy", "val_worst_class")
@@ -198,8 +224,29 @@ class _SweepFile:
     launcher: dict[str, Any] | None = None
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = _SHOWN.maxset = 6
+_SHOWN.maxlong = 40
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened for a one-line message (a user value may be large)."""
+    return _SHOWN.repr(value)
+
+
+class _Shown:
+    """Formats as :func:`_shown` under ``!r`` (the message constants use ``{value!r}``)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return _shown(self.value)
+
+
 def _wrong(path: str, expected: str, value: Any) -> SweepSpecError:
-    return SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=value))
+    return SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=_Shown(value)))
 
 
 def _as_sweep_error(error: ConfigError) -> SweepSpecError:
@@ -213,17 +260,18 @@ def _as_sweep_error(error: ConfigError) -> SweepSpecError:
     return SweepSpecError(text)
 
 
-def _at_least(value: int | None, path: str, minimum: int, *, optional: bool = False) -> None:
+def _at_least(value: int | None, path: str, minimum: int, *, optional: bool = False,
+              maximum: int | None = None) -> None:
     if value is None and optional:
         return
-    if value is None or value < minimum:
-        expected = f"an integer >= {minimum}" + (" or null" if optional else "")
-        raise _wrong(path, expected, value)
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        expected = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+        raise _wrong(path, expected + (" or null" if optional else ""), value)
 
 
 def _check_report(report: ReportOptions) -> None:
     _at_least(report.tiers, "report.tiers", 1, optional=True)
-    _at_least(report.bootstrap, "report.bootstrap", 0)
+    _at_least(report.bootstrap, "report.bootstrap", 0, maximum=MAX_BOOTSTRAP)
     for key in ("bottom_fraction", "alpha"):
         value = getattr(report, key)
         if not 0 < value < 1:
@@ -231,17 +279,31 @@ def _check_report(report: ReportOptions) -> None:
 
 
 def _seeds(raw: int | list[Any]) -> list[int]:
+    """The seeds (a count n: 0 .. n - 1), at most :data:`MAX_SEEDS`, checked before expanding."""
     if isinstance(raw, int):
         _at_least(raw, "seeds", 1)
+        if raw > MAX_SEEDS:
+            raise SweepSpecError(TOO_MANY_SEEDS.format(count=raw, limit=MAX_SEEDS))
         return list(range(raw))
     if not raw:
         raise _wrong("seeds", "a non-empty list of integers or a count", raw)
+    if len(raw) > MAX_SEEDS:
+        raise SweepSpecError(TOO_MANY_SEEDS.format(count=len(raw), limit=MAX_SEEDS))
     for i, seed in enumerate(raw):
-        if not is_int(seed) or seed < 0:
-            raise _wrong(f"seeds[{i}]", "an integer >= 0", seed)
+        if not is_int(seed) or not 0 <= seed <= MAX_SEED:
+            raise _wrong(f"seeds[{i}]", f"an integer in [0, {MAX_SEED}]", seed)
     if len(set(raw)) != len(raw):
-        raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=raw))
+        twice = sorted(seed for seed, count in collections.Counter(raw).items() if count > 1)
+        raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=_shown(twice)[1:-1]))
     return list(raw)
+
+
+def _check_size(methods: list[MethodEntry], seeds: list[int]) -> None:
+    """At most :data:`MAX_RUNS` planned runs, counted from the axes' lengths (nothing expanded)."""
+    settings = sum(math.prod(len(values) for values in entry.axes.values()) for entry in methods)
+    if settings * len(seeds) > MAX_RUNS:
+        raise SweepSpecError(TOO_MANY_RUNS.format(count=settings * len(seeds), settings=settings,
+                                                  seeds=len(seeds), limit=MAX_RUNS))
 
 
 def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -271,7 +333,7 @@ def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
         raise SweepSpecError(
             UNKNOWN_METHOD.format(
                 label=label,
-                error=f"unknown method {method!r}; valid methods: {', '.join(sorted(available_methods()))} "
+                error=f"unknown method {_shown(method)}; valid methods: {', '.join(sorted(available_methods()))} "
                 "(an entry whose label is not a method name needs 'method.name')",
             )
         )
@@ -340,7 +402,7 @@ def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
     base_options = get_dotted(base, "method.options", None) or {}
     for label, settings in raw.methods.items():
         if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
-            raise SweepSpecError(BAD_LABEL.format(label=label))
+            raise SweepSpecError(BAD_LABEL.format(label=_Shown(label)))
         fixed, axes = _split_settings(_mapping(settings, f"methods.{label}"), f"methods.{label}")
         if "method.name" in axes:
             raise _wrong(f"methods.{label}.method.name", "one method name", axes["method.name"])
@@ -401,6 +463,7 @@ def spec_from_dict(
         raise _wrong("name", "a name without '/'", name)
     methods = _method_entries(raw, base)
     seeds = _seeds(raw.seeds)
+    _check_size(methods, seeds)
     labels = [m.label for m in methods]
     reference = labels[0] if raw.reference is None else raw.reference
     if reference not in labels:
@@ -408,9 +471,9 @@ def spec_from_dict(
     if not raw.output_dir:
         raise _wrong("output_dir", "a directory", raw.output_dir)
     _check_report(raw.report)
-    _at_least(raw.workers, "workers", 1)
-    _at_least(raw.threads_per_run, "threads_per_run", 1, optional=True)
-    _at_least(raw.nproc_per_node, "nproc_per_node", 1, optional=True)
+    _at_least(raw.workers, "workers", 1, maximum=MAX_WORKERS)
+    _at_least(raw.threads_per_run, "threads_per_run", 1, optional=True, maximum=MAX_WORKERS)
+    _at_least(raw.nproc_per_node, "nproc_per_node", 1, optional=True, maximum=MAX_WORKERS)
     _check_devices(raw)
 
     saved = {key: value for key, value in data.items() if key != "base_config"}
