@@ -30,7 +30,7 @@ def _spec(**changes):
         ({"seeds": list(range(MAX_SEEDS + 1))},
          f"sweep key 'seeds' asks for {MAX_SEEDS + 1} seeds; a sweep has at most {MAX_SEEDS}"),
         ({"seeds": [0, 2**32]}, f"sweep key 'seeds[1]' must be an integer in [0, {MAX_SEED}]; got 4294967296."),
-        ({"seeds": [0, 1, 0, 1] + list(range(2, 100))}, "sweep key 'seeds' lists a seed twice: 0, 1."),
+        ({"seeds": [0, 1, 0, 1, *range(2, 100)]}, "sweep key 'seeds' lists a seed twice: 0, 1."),
         ({"methods": {"erm": {"optim.lr": [0.1] * 1000, "optim.momentum": [0.9] * 1000}}},
          f"the sweep would plan 1000000 runs (1000000 settings x 1 seed(s)); at most {MAX_RUNS}"),
         ({"grid": {"optim.lr": list(range(1, 11))}, "seeds": 10_000,

@@ -333,7 +333,8 @@ def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
         raise SweepSpecError(
             UNKNOWN_METHOD.format(
                 label=label,
-                error=f"unknown method {_shown(method)}; valid methods: {', '.join(sorted(available_methods()))} "
+                error=f"unknown method {_shown(method)}; valid methods: "
+                f"{', '.join(sorted(available_methods()))} "
                 "(an entry whose label is not a method name needs 'method.name')",
             )
         )
