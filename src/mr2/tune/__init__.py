@@ -2,6 +2,8 @@
 
 Modules:
     candidates: ERM and the MR2 variants compared, as plain sweep entries (:func:`candidates`).
+    loss_spec: a candidate's loss as JSON, and back to the loss module (:func:`loss_from_spec`).
+    errors: the error family (:class:`TuneInputError`, :class:`TrialError`).
     selection: the validation-only rule (:func:`choose`; it never sees a test number).
     run: both phases as sweeps and ``recommendation.json`` (:func:`run_tune`).
 """
@@ -9,7 +11,9 @@ Modules:
 from __future__ import annotations
 
 from mr2.tune.candidates import CANDIDATE_SETS, Candidate, candidates
-from mr2.tune.run import TuneInputError, TuneOutcome, TuneRequest, describe_tune, make_request, run_tune
+from mr2.tune.errors import TrialError, TuneInputError
+from mr2.tune.loss_spec import SpecLoss, loss_from_spec, parse_loss_spec
+from mr2.tune.run import TuneOutcome, TuneRequest, describe_tune, make_request, run_tune
 from mr2.tune.selection import (
     CRITERIA,
     Choice,
@@ -24,6 +28,8 @@ __all__ = [
     "CRITERIA",
     "Candidate",
     "Choice",
+    "SpecLoss",
+    "TrialError",
     "TuneInputError",
     "TuneOutcome",
     "TuneRequest",
@@ -32,7 +38,9 @@ __all__ = [
     "candidates",
     "choose",
     "describe_tune",
+    "loss_from_spec",
     "make_request",
+    "parse_loss_spec",
     "read_validation",
     "run_tune",
 ]

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mr2.sweep.plan import format_value
+from mr2.tune.errors import TuneInputError
+from mr2.tune.loss_spec import FEATURE_METHODS, LOSS_METHODS, SpecLoss, loss_from_spec
 
 __all__ = [
     "CANDIDATE_SETS",
@@ -19,6 +21,7 @@ __all__ = [
     "FULL_C_BARS",
     "FULL_MARGIN_SCALES",
     "FULL_VARIANTS",
+    "NO_NUM_CLASSES",
     "PENDING_VARIANTS",
     "QUICK_VARIANTS",
     "REFERENCE_LABEL",
@@ -54,26 +57,88 @@ def _known(variants: tuple[str, ...]) -> tuple[str, ...]:
 FULL_VARIANTS = QUICK_VARIANTS + _known(PENDING_VARIANTS)
 #: The candidate sets ``--candidates`` accepts.
 CANDIDATE_SETS = ("quick", "full")
+NO_NUM_CLASSES = (
+    "candidate {label!r} does not know the number of classes: call make_loss(num_classes=K) (mr2.tune.tune "
+    "sets it on the candidates it hands to your training function)"
+)
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One configuration to compare: a sweep entry label, a method and its options.
 
+    For training code of your own (``mr2.tune.tune``, ``mr2 tune --command``) a candidate is a loss:
+    :meth:`make_loss` builds it (an ``nn.Module`` called as ``loss(logits, features, target)``), and
+    :meth:`loss_spec` is its JSON form for :func:`mr2.tune.loss_from_spec`.
+
+    Attributes:
+        label: its name in tables, directories and ``recommendation.json``.
+        method: the training method (:mod:`mr2.methods`).
+        options: the method's options.
+        num_classes: K, set by ``mr2.tune.tune`` on the candidates it hands to ``train_fn`` (so
+            :meth:`make_loss` needs no argument there); not part of equality.
+
     Example:
         >>> [c.label for c in candidates("quick")]
         ['erm', 'mr2-paper-c1', 'mr2-logit_only-c1', 'mr2-distance_1d-c1']
         >>> candidates("quick")[2].entry()
         {'method.name': 'mr2', 'method.options.variant': 'logit_only', 'method.options.c_bar': 1.0}
+        >>> candidates("quick")[2].loss_spec()
+        {'method': 'mr2', 'options': {'variant': 'logit_only', 'c_bar': 1.0}}
     """
 
     label: str
     method: str
     options: dict[str, Any] = field(default_factory=dict)
+    num_classes: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_reference(self) -> bool:
         return self.label == REFERENCE_LABEL
+
+    @property
+    def is_loss(self) -> bool:
+        """Whether the candidate is a loss module, so training code of your own can run it (the
+        two-stage procedures JTT, HBR and LfF need mr2's engine)."""
+        return self.method in LOSS_METHODS
+
+    @property
+    def needs_features(self) -> bool:
+        """Whether its loss reads the features (penultimate layer) besides the logits."""
+        return self.method in FEATURE_METHODS
+
+    def loss_spec(self) -> dict[str, Any]:
+        """The JSON-able loss specification (:func:`mr2.tune.loss_from_spec` turns it into the loss)."""
+        return {"method": self.method, "options": dict(self.options)}
+
+    def make_loss(self, num_classes: int | None = None, *, feature_dim: int | None = None,
+                  class_counts: Any = None) -> SpecLoss:
+        """The candidate's loss module (:func:`mr2.tune.loss_from_spec` of :meth:`loss_spec`).
+
+        Args:
+            num_classes: K (default: the candidate's ``num_classes``, set by ``mr2.tune.tune``).
+            feature_dim: the features' width (required by SupCon, whose projection head has parameters
+                your optimiser must include: ``[*model.parameters(), *loss.parameters()]``).
+            class_counts: [K] training samples per class (group DRO with ``adjustment > 0`` only).
+
+        Raises:
+            TuneInputError: no ``num_classes``, a candidate that needs mr2's engine, or what
+                :func:`mr2.tune.loss_from_spec` refuses.
+        """
+        if num_classes is None:
+            num_classes = self.num_classes
+        if num_classes is None:
+            raise TuneInputError(NO_NUM_CLASSES.format(label=self.label))
+        return loss_from_spec(self.loss_spec(), num_classes, feature_dim=feature_dim,
+                              class_counts=class_counts)
+
+    @staticmethod
+    def seed_everything(seed: int) -> None:
+        """Seed Python's ``random``, NumPy and torch (CPU and every GPU) with ``seed``, as ``mr2 train``
+        does: call it first in your training function so a trial is reproducible."""
+        from mr2.engine.runtime import seed_everything
+
+        seed_everything(int(seed), deterministic=False)
 
     def entry(self) -> dict[str, Any]:
         """The sweep method entry (dotted keys -> fixed values)."""
@@ -95,10 +160,16 @@ def _additive(scale: float) -> Candidate:
     )
 
 
-def candidates(name: str) -> list[Candidate]:
-    """The candidates of set ``name`` (``quick`` or ``full``), ERM first."""
+def candidates(name: str, *, losses_only: bool = False) -> list[Candidate]:
+    """The candidates of set ``name`` (``quick`` or ``full``), ERM first.
+
+    ``losses_only``: only the candidates that are a loss module (:attr:`Candidate.is_loss`), the ones
+    training code of your own can run: ``full`` without JTT and HBR.
+    """
     if name not in CANDIDATE_SETS:
         raise ValueError(name)
+    if losses_only:
+        return [c for c in candidates(name) if c.is_loss]
     erm = Candidate(REFERENCE_LABEL, "erm")
     if name == "quick":
         return [erm, *(_mr2(variant, 1.0) for variant in QUICK_VARIANTS)]

@@ -34,6 +34,7 @@ from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_d
 from mr2.sweep.launcher import launcher_from_dict
 from mr2.sweep.plan import RunPoint
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
+from mr2.tune.errors import TuneInputError
 from mr2.tune.selection import (
     CRITERIA,
     Choice,
@@ -88,10 +89,6 @@ NOT_ACCEPTED = (
 MISSING_SEEDS = (
     "{label} is not eligible: selection seed(s) {seeds} were not accepted by this invocation's sweep"
 )
-
-
-class TuneInputError(ValueError):
-    """Bad input to ``mr2 tune``; the message says what was wrong and how to fix it."""
 
 
 @dataclass
