@@ -288,27 +288,16 @@ def missing_seeds(accepted: Sequence[RunPoint], request: TuneRequest) -> dict[st
 
 
 def choose_complete(runs: Mapping[str, Sequence[ValidationFigures]], missing: Mapping[str, Sequence[int]],
-                    criterion: str) -> Choice:
-    """:func:`choose` among the candidates with every selection seed; a candidate lacking one is listed
-    with its figures on the seeds it has but is not eligible (ERM lacking one: no choice).
+                    criterion: str, seeds: Sequence[int]) -> Choice:
+    """:func:`choose` with the selection seeds: a candidate lacking one is listed with its figures on
+    the seeds it has but is not eligible; ERM lacking one: no choice.
 
     Raises:
         TuneSelectionError: ERM lacks a selection seed, or :func:`choose` refuses.
     """
     if REFERENCE_LABEL in missing:
         raise TuneSelectionError(REFERENCE_INCOMPLETE.format(seeds=list(missing[REFERENCE_LABEL])))
-    complete = {label: group for label, group in runs.items() if label not in missing}
-    choice = choose(complete, criterion, REFERENCE_LABEL)
-    if not missing:
-        return choice
-    everything = choose(runs, criterion, REFERENCE_LABEL)  # the same tiers: ERM's runs are the same
-    by_label = {s.label: s for s in choice.scores}
-    for score in everything.scores:
-        if score.label in missing:
-            score.eligible = False
-            by_label[score.label] = score
-    choice.scores = [by_label[label] for label in runs if label in by_label]
-    return choice
+    return choose(runs, criterion, REFERENCE_LABEL, seeds=seeds)
 
 
 def _percent(value: float) -> str:
@@ -414,7 +403,8 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     for label, seeds in missing.items():
         print(MISSING_SEEDS.format(label=label, seeds=seeds), file=out)
     try:
-        choice = choose_complete(read_candidate_runs(_groups(accepted)), missing, request.criterion)
+        choice = choose_complete(read_candidate_runs(_groups(accepted)), missing, request.criterion,
+                                 request.seeds)
     except TuneSelectionError as error:
         outcome.error = SELECTION_FAILED.format(error=error)
         print(f"\n{outcome.error}", file=out)
@@ -442,8 +432,7 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         "criterion": request.criterion,
         "rule": rule_text(request.criterion),
         "candidate_set": request.candidate_set,
-        "selection": {"seeds": request.seeds, "split": "validation", **choice.to_dict(),
-                      "missing_seeds": missing},
+        "selection": {"seeds": request.seeds, "split": "validation", **choice.to_dict()},
         "confirmation": {
             "seeds": request.confirm_seeds,
             "split": "test",
