@@ -399,7 +399,8 @@ class Choice:
         return next(s for s in self.scores if s.label == label)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """Everything above as JSON-able values; ``seeds`` only when the seeds were given."""
+        record = {
             "criterion": self.criterion,
             "recommended": self.recommended,
             "recommendation_is_reference": self.is_reference,
@@ -413,10 +414,10 @@ class Choice:
             "split_tiers": self.split_tiers,
             "scoring_samples_per_class": None if self.samples_per_class is None else {
                 "min": self.samples_per_class[0], "median": self.samples_per_class[1]},
-            "seeds": self.seeds,
             "missing_seeds": {s.label: s.missing_seeds for s in self.scores if s.missing_seeds},
             "candidates": [s.to_dict() for s in self.scores],
         }
+        return record if self.seeds is None else {**record, "seeds": self.seeds}
 
 
 def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half") -> str:

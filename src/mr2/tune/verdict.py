@@ -1,0 +1,439 @@
+"""The verdict on ``mr2 tune``'s fresh-seed confirmation: does the chosen configuration beat ERM on
+the TEST hard tier, seed for seed?
+
+The confirmation trains ERM (plain cross-entropy training, the reference) and the chosen candidate on
+fresh seeds and predicts the test split. Per confirmation seed ``s`` (paired: the seeds both have):
+
+- ``h_s``: the chosen candidate's test hard-tier accuracy minus ERM's, where the hard tier is the
+  mean of the per-class test accuracies of the hard classes ranked on ERM's VALIDATION accuracies
+  (:attr:`mr2.tune.selection.Choice.hard_classes`), never on test;
+- ``o_s``: the same difference of test overall accuracy.
+
+With ``n`` paired seeds, ``d = mean(h)``, ``sd = std(h, ddof=1)`` and ``t = d / (sd / sqrt(n))``
+(``n - 1`` degrees of freedom), the one-sided paired t-test p-values are
+``p_greater = P(T >= t)`` and ``p_less = P(T <= t)``. ERM's seed standard error of test overall
+accuracy is ``se = std(overall_ERM, ddof=1) / sqrt(n)``. The outcome, first match wins:
+
+1. ``nothing to confirm``: ERM itself was chosen (no candidate given): ERM's figures are reported;
+2. ``contradicted``: ``p_less < alpha`` (significantly worse than ERM): recommend ERM;
+3. ``confirmed``: ``p_greater < alpha`` and ``mean(o) >= -se`` (costs no more than ERM's seed
+   standard error overall): paste the configuration;
+4. ``supported``: ``d > 0`` but not confirmed: the direction held but not beyond noise (or, when
+   ``p_greater < alpha``, the hard-tier gain is significant but costs more than ERM's seed standard
+   error overall: :attr:`Verdict.overall_cost` says which); paste with that caveat;
+5. ``not confirmed``: ``d <= 0`` and not contradicted: ERM is the safe default.
+
+Seeds that would settle it (:func:`seeds_needed`): the smallest ``n >= 2`` at which a one-sided
+paired t-test at level ``alpha`` has power ``>= power`` (default 80 %) if the true mean and SD of the
+differences were the observed ``d`` and ``sd``::
+
+    power(n) = P(T'_{n-1, delta} > t_{1-alpha, n-1}),   delta = sqrt(n) * d / sd
+
+with ``T'`` noncentral t (``scipy.stats.nct``) and ``t_{1-alpha, n-1}`` the central t quantile. It is
+a plug-in estimate: the observed effect and spread are themselves noisy on a few seeds.
+
+Edge cases: fewer than 2 paired seeds is an error (:data:`TOO_FEW_SEEDS`: no spread, no test; the
+caller records it instead of a verdict). Zero spread of the differences (``sd = 0``, up to 1e-12):
+a nonzero ``d`` gives ``t = +-inf`` and p-values 0 / 1 (the direction is certain on these seeds,
+as in :func:`mr2.report.statistics.paired_t_test`), ``d = 0`` gives ``t = 0`` and both p-values 1;
+with ``d > 0``, 2 seeds already have power 1. A hard class without a test sample is left out of the
+hard-tier mean (every seed the same); no hard class with a test sample is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "ALPHA",
+    "MAX_SEEDS",
+    "OUTCOMES",
+    "POWER",
+    "SeedFigures",
+    "Verdict",
+    "VerdictError",
+    "judge",
+    "judge_figures",
+    "one_sided_power",
+    "seed_figures",
+    "seeds_needed",
+]
+
+CONFIRMED = "confirmed"
+SUPPORTED = "supported"
+NOT_CONFIRMED = "not confirmed"
+CONTRADICTED = "contradicted"
+NOTHING_TO_CONFIRM = "nothing to confirm"
+#: Every outcome, best first.
+OUTCOMES = (CONFIRMED, SUPPORTED, NOT_CONFIRMED, CONTRADICTED, NOTHING_TO_CONFIRM)
+#: The test's level and the power the seeds-needed calculation aims at.
+ALPHA = 0.05
+POWER = 0.8
+#: :func:`seeds_needed` gives up (returns None) beyond this many seeds.
+MAX_SEEDS = 100_000
+_ROUNDING = 1e-12
+
+TOO_FEW_SEEDS = (
+    "the verdict needs at least 2 confirmation seeds that both ERM and {chosen} finished; got {count} "
+    "({seeds}); rerun the confirmation"
+)
+LABELS_DIFFER = (
+    "{method} seed {seed}'s test labels (y_true) differ from {first_method} seed {first_seed}'s; the "
+    "confirmation runs must predict the same test samples in the same order"
+)
+BAD_PREDICTIONS = (
+    "{method} seed {seed}: test y_true and y_pred must be 1-D integer arrays of the same length with "
+    "class ids in [0, {num_classes}); got {detail}"
+)
+BAD_HARD_CLASSES = (
+    "hard_classes must be distinct class ids in [0, {num_classes}), at least one; got {value}"
+)
+NO_HARD_SAMPLE = "no hard class ({classes}) has a test sample: the test hard tier cannot be scored"
+BAD_LEVEL = "alpha and power must lie strictly between 0 and 1; got alpha={alpha}, power={power}"
+
+
+class VerdictError(ValueError):
+    """The verdict cannot be given (too few paired seeds, inconsistent predictions); says why."""
+
+
+@dataclass(frozen=True)
+class SeedFigures:
+    """One confirmation run's test figures (fractions in [0, 1]).
+
+    Attributes:
+        hard_tier: test hard-tier accuracy (mean of the hard classes' per-class accuracies).
+        overall: test overall accuracy.
+    """
+
+    hard_tier: float
+    overall: float
+
+
+def seed_figures(
+    y_true: ArrayLike, y_pred: ArrayLike, hard_classes: Sequence[int], num_classes: int
+) -> SeedFigures:
+    """Test hard-tier and overall accuracy of one run's predictions.
+
+    ``hard_tier = mean_{k in hard, n_k > 0} (#{i: y_i = k, yhat_i = k} / n_k)``; classes without a
+    test sample are left out.
+
+    Raises:
+        VerdictError: no hard class has a test sample.
+
+    Example:
+        >>> seed_figures([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], [0, 2], 3)
+        SeedFigures(hard_tier=0.25, overall=0.6)
+    """
+    true = np.asarray(y_true, dtype=np.int64)
+    pred = np.asarray(y_pred, dtype=np.int64)
+    hit = (true == pred).astype(np.float64)
+    count = np.bincount(true, minlength=num_classes).astype(np.float64)
+    correct = np.bincount(true, weights=hit, minlength=num_classes)
+    hard = np.zeros(num_classes, dtype=bool)
+    hard[np.asarray(hard_classes, dtype=np.int64)] = True
+    present = hard & (count > 0)
+    if not present.any():
+        raise VerdictError(NO_HARD_SAMPLE.format(classes=sorted(int(k) for k in hard_classes)))
+    per_class = correct[present] / count[present]
+    return SeedFigures(hard_tier=float(per_class.mean()), overall=float(hit.mean()))
+
+
+def one_sided_power(n: int, effect: float, alpha: float = ALPHA) -> float:
+    """Power of a one-sided paired t-test at level ``alpha`` with ``n`` pairs at standardised effect
+    ``effect = mean / sd`` of the differences: ``P(T'_{n-1, sqrt(n) effect} > t_{1-alpha, n-1})``.
+
+    Example:
+        >>> round(one_sided_power(10, 1.0), 4)
+        0.8975
+    """
+    from scipy import stats
+
+    critical = stats.t.ppf(1 - alpha, n - 1)
+    return float(stats.nct.sf(critical, n - 1, math.sqrt(n) * effect))
+
+
+def seeds_needed(mean: float, sd: float, *, alpha: float = ALPHA, power: float = POWER,
+                 limit: int = MAX_SEEDS) -> int | None:
+    """The smallest number of paired seeds ``n >= 2`` whose one-sided paired t-test at level
+    ``alpha`` has at least ``power`` if the differences had this ``mean`` and ``sd``.
+
+    None when ``mean <= 0`` (no positive effect to detect) or beyond ``limit`` seeds; 2 when
+    ``sd == 0`` and ``mean > 0``. Power grows with ``n`` for a positive effect, so the search
+    doubles ``n`` and then bisects.
+
+    Example:
+        >>> seeds_needed(0.01, 0.01), seeds_needed(0.005, 0.01), seeds_needed(-0.01, 0.01)
+        (8, 27, None)
+    """
+    if not mean > 0:
+        return None
+    if sd <= _ROUNDING:
+        return 2
+    effect = mean / sd
+    if one_sided_power(2, effect, alpha) >= power:
+        return 2
+    low, high = 2, 4  # power(low) < target
+    while one_sided_power(high, effect, alpha) < power:
+        if high > limit:
+            return None
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if one_sided_power(middle, effect, alpha) >= power:
+            high = middle
+        else:
+            low = middle
+    return high if high <= limit else None
+
+
+def _mean_sd(values: np.ndarray) -> tuple[float, float]:
+    return float(values.mean()), float(values.std(ddof=1))
+
+
+@dataclass
+class Verdict:
+    """The outcome of the confirmation (see the module docstring for the rule).
+
+    Attributes:
+        outcome: one of :data:`OUTCOMES`.
+        reference: ERM's label.
+        chosen: the chosen candidate's label (ERM's when ERM was chosen).
+        seeds: the paired confirmation seeds (ERM's seeds when ERM was chosen).
+        hard_classes: the test hard tier's classes (ranked on ERM's validation accuracies).
+        reference_hard, chosen_hard: per-seed test hard-tier accuracies.
+        reference_overall, chosen_overall: per-seed test overall accuracies.
+        hard_differences: ``chosen - reference`` per seed (hard tier).
+        overall_differences: ``chosen - reference`` per seed (overall).
+        mean_difference, sd_difference: mean and SD (ddof 1) of ``hard_differences``.
+        t_statistic, p_greater, p_less: the one-sided paired t-test.
+        overall_change: mean of ``overall_differences``.
+        reference_overall_se: ERM's seed standard error of test overall accuracy.
+        overall_cost: the overall change is below ``-reference_overall_se``.
+        power_now: the test's power at ``len(seeds)`` seeds at the observed effect (NaN if none).
+        seeds_needed: :func:`seeds_needed` at the observed mean and SD (None: no positive effect or
+            more than :data:`MAX_SEEDS`).
+        alpha, power: the level and the target power.
+    """
+
+    outcome: str
+    reference: str
+    chosen: str
+    seeds: list[int]
+    hard_classes: list[int]
+    reference_hard: list[float]
+    reference_overall: list[float]
+    chosen_hard: list[float] = field(default_factory=list)
+    chosen_overall: list[float] = field(default_factory=list)
+    hard_differences: list[float] = field(default_factory=list)
+    overall_differences: list[float] = field(default_factory=list)
+    mean_difference: float = math.nan
+    sd_difference: float = math.nan
+    t_statistic: float = math.nan
+    p_greater: float = math.nan
+    p_less: float = math.nan
+    overall_change: float = math.nan
+    reference_overall_se: float = math.nan
+    overall_cost: bool = False
+    power_now: float = math.nan
+    seeds_needed: int | None = None
+    alpha: float = ALPHA
+    power: float = POWER
+
+    @property
+    def pasteable(self) -> bool:
+        """Whether the chosen configuration may be pasted (``confirmed``, or ``supported`` with a caveat)."""
+        return self.outcome in (CONFIRMED, SUPPORTED)
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(value: float) -> float | str | None:
+            if math.isnan(value):
+                return None
+            return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+
+        return {
+            "outcome": self.outcome,
+            "reference": self.reference,
+            "chosen": self.chosen,
+            "seeds": self.seeds,
+            "split": "test",
+            "hard_classes": self.hard_classes,
+            "hard_tier": {
+                "reference": self.reference_hard,
+                "chosen": self.chosen_hard,
+                "differences": self.hard_differences,
+                "mean_difference": clean(self.mean_difference),
+                "sd_difference": clean(self.sd_difference),
+                "t_statistic": clean(self.t_statistic),
+                "p_greater": clean(self.p_greater),
+                "p_less": clean(self.p_less),
+            },
+            "overall": {
+                "reference": self.reference_overall,
+                "chosen": self.chosen_overall,
+                "differences": self.overall_differences,
+                "mean_change": clean(self.overall_change),
+                "reference_seed_se": clean(self.reference_overall_se),
+                "cost_beyond_se": self.overall_cost,
+            },
+            "alpha": self.alpha,
+            "power": self.power,
+            "power_now": clean(self.power_now),
+            "seeds_needed": self.seeds_needed,
+            "test": "one-sided paired t-test over the confirmation seeds",
+        }
+
+
+def judge_figures(
+    reference: Mapping[int, SeedFigures],
+    chosen: Mapping[int, SeedFigures] | None,
+    *,
+    hard_classes: Sequence[int] = (),
+    reference_label: str = "erm",
+    chosen_label: str | None = None,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> Verdict:
+    """The verdict from per-seed test figures (seed -> :class:`SeedFigures`), paired by seed.
+
+    Args:
+        reference: ERM's figures per confirmation seed.
+        chosen: the chosen candidate's, or None when ERM was chosen (``nothing to confirm``).
+        hard_classes: recorded in the verdict (the figures already hold the hard-tier accuracy).
+        reference_label, chosen_label: the labels to print.
+        alpha: the one-sided test's level.
+        power: the power the seeds-needed calculation aims at.
+
+    Raises:
+        VerdictError: fewer than 2 paired seeds (fewer than 2 ERM seeds when ERM was chosen).
+
+    Example:
+        >>> erm = {3: SeedFigures(0.70, 0.90), 4: SeedFigures(0.72, 0.91), 5: SeedFigures(0.71, 0.90)}
+        >>> new = {3: SeedFigures(0.74, 0.90), 4: SeedFigures(0.75, 0.91), 5: SeedFigures(0.76, 0.90)}
+        >>> verdict = judge_figures(erm, new, chosen_label="mr2-paper-c1")
+        >>> verdict.outcome, round(verdict.mean_difference, 4), round(verdict.p_greater, 4)
+        ('confirmed', 0.04, 0.0101)
+    """
+    from scipy import stats
+
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise VerdictError(BAD_LEVEL.format(alpha=alpha, power=power))
+    label = reference_label if chosen is None else (chosen_label or "the chosen candidate")
+    seeds = sorted(reference) if chosen is None else sorted(set(reference) & set(chosen))
+    if len(seeds) < 2:
+        raise VerdictError(TOO_FEW_SEEDS.format(chosen=label, count=len(seeds), seeds=seeds))
+    ref_hard = np.array([reference[s].hard_tier for s in seeds], dtype=np.float64)
+    ref_overall = np.array([reference[s].overall for s in seeds], dtype=np.float64)
+    verdict = Verdict(NOTHING_TO_CONFIRM, reference_label, label, [int(s) for s in seeds],
+                      sorted(int(k) for k in hard_classes), ref_hard.tolist(), ref_overall.tolist(),
+                      alpha=alpha, power=power)
+    verdict.reference_overall_se = float(ref_overall.std(ddof=1) / math.sqrt(len(seeds)))
+    if chosen is None:
+        return verdict
+    new_hard = np.array([chosen[s].hard_tier for s in seeds], dtype=np.float64)
+    new_overall = np.array([chosen[s].overall for s in seeds], dtype=np.float64)
+    hard = new_hard - ref_hard
+    overall = new_overall - ref_overall
+    n = len(seeds)
+    mean, sd = _mean_sd(hard)
+    if sd <= _ROUNDING:
+        if abs(mean) <= _ROUNDING:
+            t, p_greater, p_less = 0.0, 1.0, 1.0
+        else:
+            t = math.copysign(math.inf, mean)
+            p_greater, p_less = (0.0, 1.0) if mean > 0 else (1.0, 0.0)
+    else:
+        t = mean / (sd / math.sqrt(n))
+        p_greater, p_less = float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1))
+    verdict.chosen_hard, verdict.chosen_overall = new_hard.tolist(), new_overall.tolist()
+    verdict.hard_differences, verdict.overall_differences = hard.tolist(), overall.tolist()
+    verdict.mean_difference, verdict.sd_difference, verdict.t_statistic = mean, sd, t
+    verdict.p_greater, verdict.p_less = p_greater, p_less
+    verdict.overall_change = float(overall.mean())
+    verdict.overall_cost = verdict.overall_change < -verdict.reference_overall_se
+    if mean > 0:
+        verdict.power_now = 1.0 if sd <= _ROUNDING else one_sided_power(n, mean / sd, alpha)
+        verdict.seeds_needed = seeds_needed(mean, sd, alpha=alpha, power=power)
+    if p_less < alpha:
+        verdict.outcome = CONTRADICTED
+    elif p_greater < alpha and not verdict.overall_cost:
+        verdict.outcome = CONFIRMED
+    elif mean > 0:
+        verdict.outcome = SUPPORTED
+    else:
+        verdict.outcome = NOT_CONFIRMED
+    return verdict
+
+
+def _check_predictions(method: str, seed: int, y_true: Any, y_pred: Any, num_classes: int) -> np.ndarray:
+    true, pred = np.asarray(y_true), np.asarray(y_pred)
+    problem = ""
+    if true.ndim != 1 or pred.shape != true.shape:
+        problem = f"shapes {true.shape} and {pred.shape}"
+    elif true.size == 0:
+        problem = "no samples"
+    elif not (np.issubdtype(true.dtype, np.integer) and np.issubdtype(pred.dtype, np.integer)):
+        problem = f"dtypes {true.dtype} and {pred.dtype}"
+    elif min(true.min(), pred.min()) < 0 or max(true.max(), pred.max()) >= num_classes:
+        problem = f"class ids from {min(true.min(), pred.min())} to {max(true.max(), pred.max())}"
+    if problem:
+        raise VerdictError(BAD_PREDICTIONS.format(method=method, seed=seed, num_classes=num_classes,
+                                                  detail=problem))
+    return true.astype(np.int64)
+
+
+def judge(
+    reference: Mapping[int, tuple[ArrayLike, ArrayLike]],
+    chosen: Mapping[int, tuple[ArrayLike, ArrayLike]] | None,
+    hard_classes: Sequence[int],
+    num_classes: int,
+    *,
+    reference_label: str = "erm",
+    chosen_label: str | None = None,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> Verdict:
+    """The verdict from the confirmation runs' test predictions (seed -> ``(y_true, y_pred)``).
+
+    Args:
+        reference: ERM's test predictions per confirmation seed.
+        chosen: the chosen candidate's (None when ERM was chosen).
+        hard_classes: the hard tier ranked on validation (:attr:`Choice.hard_classes`).
+        num_classes: K.
+        reference_label, chosen_label, alpha, power: as in :func:`judge_figures`.
+
+    Raises:
+        VerdictError: bad predictions, test labels that differ between runs, bad ``hard_classes``,
+            fewer than 2 paired seeds.
+
+    Example:
+        >>> y = np.array([0, 0, 1, 1, 2, 2])
+        >>> erm = {0: (y, np.array([0, 0, 1, 1, 2, 0])), 1: (y, np.array([0, 0, 1, 1, 0, 0]))}
+        >>> new = {0: (y, np.array([0, 0, 1, 1, 2, 2])), 1: (y, np.array([0, 1, 1, 1, 2, 2]))}
+        >>> verdict = judge(erm, new, [2], 3, chosen_label="mr2")
+        >>> verdict.outcome, verdict.hard_differences, verdict.seeds_needed
+        ('supported', [0.5, 1.0], 4)
+    """
+    hard = [int(k) for k in hard_classes]
+    if not hard or len(set(hard)) != len(hard) or min(hard) < 0 or max(hard) >= num_classes:
+        raise VerdictError(BAD_HARD_CLASSES.format(num_classes=num_classes, value=list(hard_classes)))
+    groups = [(reference_label, reference)] + ([] if chosen is None else [(chosen_label or "chosen", chosen)])
+    first: tuple[str, int, np.ndarray] | None = None
+    figures: list[dict[int, SeedFigures]] = []
+    for method, runs in groups:
+        figures.append({})
+        for seed, (y_true, y_pred) in runs.items():
+            true = _check_predictions(method, seed, y_true, y_pred, num_classes)
+            if first is None:
+                first = (method, seed, true)
+            elif not np.array_equal(true, first[2]):
+                raise VerdictError(LABELS_DIFFER.format(method=method, seed=seed, first_method=first[0],
+                                                        first_seed=first[1]))
+            figures[-1][seed] = seed_figures(true, y_pred, hard, num_classes)
+    return judge_figures(figures[0], None if chosen is None else figures[1], hard_classes=hard,
+                         reference_label=reference_label, chosen_label=chosen_label, alpha=alpha, power=power)

@@ -1,0 +1,235 @@
+"""The verdict on tune's fresh-seed confirmation against scipy's paired t-test and slow float64 oracles."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from mr2.tune.verdict import (
+    BAD_HARD_CLASSES,
+    BAD_PREDICTIONS,
+    LABELS_DIFFER,
+    NO_HARD_SAMPLE,
+    TOO_FEW_SEEDS,
+    SeedFigures,
+    VerdictError,
+    judge,
+    judge_figures,
+    one_sided_power,
+    seeds_needed,
+)
+
+
+def _figures(hard: list[float], overall: list[float], first_seed: int = 3) -> dict[int, SeedFigures]:
+    return {first_seed + i: SeedFigures(h, o) for i, (h, o) in enumerate(zip(hard, overall))}
+
+
+def _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall, alpha=0.05):
+    """The rule with scipy.stats.ttest_rel as the test and loops for the rest."""
+    n = len(ref_hard)
+    greater = stats.ttest_rel(new_hard, ref_hard, alternative="greater").pvalue
+    less = stats.ttest_rel(new_hard, ref_hard, alternative="less").pvalue
+    mean = sum(b - a for a, b in zip(ref_hard, new_hard)) / n
+    ref_mean = sum(ref_overall) / n
+    se = math.sqrt(sum((v - ref_mean) ** 2 for v in ref_overall) / (n - 1)) / math.sqrt(n)
+    change = sum(b - a for a, b in zip(ref_overall, new_overall)) / n
+    if less < alpha:
+        return "contradicted", greater, less
+    if greater < alpha and change >= -se:
+        return "confirmed", greater, less
+    if mean > 0:
+        return "supported", greater, less
+    return "not confirmed", greater, less
+
+
+# Hand-made per-seed figures, one per branch: (ERM hard, chosen hard, ERM overall, chosen overall).
+BRANCHES = {
+    "confirmed": ([0.70, 0.72, 0.71, 0.69], [0.74, 0.75, 0.76, 0.73], [0.90, 0.91, 0.90, 0.92],
+                  [0.90, 0.91, 0.91, 0.91]),
+    "supported": ([0.70, 0.72, 0.71], [0.74, 0.70, 0.73], [0.90, 0.91, 0.90], [0.90, 0.91, 0.90]),
+    "supported_but_costly": ([0.70, 0.72, 0.71, 0.69], [0.74, 0.75, 0.76, 0.73], [0.90, 0.91, 0.90, 0.92],
+                             [0.86, 0.87, 0.86, 0.88]),
+    "not confirmed": ([0.70, 0.72, 0.71], [0.71, 0.69, 0.70], [0.90, 0.91, 0.90], [0.90, 0.91, 0.90]),
+    "contradicted": ([0.70, 0.72, 0.71, 0.73], [0.66, 0.67, 0.665, 0.69], [0.90, 0.91, 0.90, 0.92],
+                     [0.90, 0.91, 0.90, 0.92]),
+}
+
+
+@pytest.mark.parametrize("branch", list(BRANCHES))
+def test_each_branch_matches_scipy_paired_t_test(branch):
+    ref_hard, new_hard, ref_overall, new_overall = BRANCHES[branch]
+    verdict = judge_figures(_figures(ref_hard, ref_overall), _figures(new_hard, new_overall),
+                            hard_classes=[2, 0], chosen_label="mr2-paper-c1")
+    outcome, greater, less = _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall)
+    assert verdict.outcome == outcome == branch.replace("_but_costly", "")
+    assert verdict.p_greater == pytest.approx(greater, rel=1e-10)
+    assert verdict.p_less == pytest.approx(less, rel=1e-10)
+    assert verdict.t_statistic == pytest.approx(stats.ttest_rel(new_hard, ref_hard).statistic, rel=1e-10)
+    assert verdict.overall_cost == (branch == "supported_but_costly")
+    assert verdict.pasteable == (outcome in ("confirmed", "supported"))
+    assert verdict.hard_classes == [0, 2] and verdict.seeds == list(range(3, 3 + len(ref_hard)))
+    record = verdict.to_dict()
+    assert record["outcome"] == outcome
+    assert record["hard_tier"]["differences"] == pytest.approx([b - a for a, b in zip(ref_hard, new_hard)])
+    assert record["hard_tier"]["p_greater"] == verdict.p_greater
+    assert record["overall"]["reference_seed_se"] == pytest.approx(
+        np.std(ref_overall, ddof=1) / math.sqrt(len(ref_overall)), rel=1e-12)
+    assert record["overall"]["mean_change"] == pytest.approx(np.mean(np.subtract(new_overall, ref_overall)))
+    if verdict.mean_difference > 0:
+        assert record["seeds_needed"] == seeds_needed(verdict.mean_difference, verdict.sd_difference)
+        assert record["seeds_needed"] is not None
+    else:
+        assert record["seeds_needed"] is None
+
+
+def test_erm_chosen_has_nothing_to_confirm():
+    verdict = judge_figures(_figures([0.70, 0.72], [0.90, 0.92]), None)
+    assert verdict.outcome == "nothing to confirm" and not verdict.pasteable
+    assert verdict.chosen == "erm" and verdict.reference_hard == [0.70, 0.72]
+    assert verdict.reference_overall_se == pytest.approx(0.01, rel=1e-12)
+    assert math.isnan(verdict.p_greater) and verdict.seeds_needed is None
+
+
+@pytest.mark.parametrize(("difference", "outcome", "p_greater", "p_less"), [
+    (0.02, "confirmed", 0.0, 1.0),
+    (0.0, "not confirmed", 1.0, 1.0),
+    (-0.02, "contradicted", 1.0, 0.0),
+])
+def test_zero_spread_of_the_differences(difference, outcome, p_greater, p_less):
+    ref = [0.70, 0.72, 0.71]
+    verdict = judge_figures(_figures(ref, [0.9] * 3), _figures([r + difference for r in ref], [0.9] * 3))
+    assert verdict.outcome == outcome
+    assert (verdict.p_greater, verdict.p_less) == (p_greater, p_less)
+    assert verdict.seeds_needed == (2 if difference > 0 else None)
+
+
+def test_fewer_than_two_paired_seeds_is_an_error():
+    with pytest.raises(VerdictError) as error:
+        judge_figures(_figures([0.7, 0.72], [0.9, 0.9]), _figures([0.8], [0.9], first_seed=4),
+                      chosen_label="m")
+    assert str(error.value) == TOO_FEW_SEEDS.format(chosen="m", count=1, seeds=[4])
+    with pytest.raises(VerdictError) as error:
+        judge_figures(_figures([0.7], [0.9]), None)
+    assert str(error.value) == TOO_FEW_SEEDS.format(chosen="erm", count=1, seeds=[3])
+
+
+def test_unpaired_seeds_are_left_out():
+    ref = _figures([0.70, 0.72, 0.71], [0.9, 0.9, 0.9])  # seeds 3, 4, 5
+    new = _figures([0.75, 0.74], [0.9, 0.9], first_seed=4)  # seeds 4, 5
+    verdict = judge_figures(ref, new)
+    assert verdict.seeds == [4, 5]
+    assert verdict.hard_differences == pytest.approx([0.75 - 0.72, 0.74 - 0.71])
+
+
+def _loop_figures(y_true: list[int], y_pred: list[int], hard: list[int]) -> tuple[float, float]:
+    per_class = []
+    for k in hard:
+        members = [i for i in range(len(y_true)) if y_true[i] == k]
+        if members:
+            per_class.append(sum(y_pred[i] == k for i in members) / len(members))
+    overall = sum(a == b for a, b in zip(y_true, y_pred)) / len(y_true)
+    return sum(per_class) / len(per_class), overall
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_judge_matches_the_loop_oracle_on_random_predictions(trial):
+    rng = np.random.default_rng(trial)
+    num_classes = int(rng.integers(3, 9))
+    y_true = rng.integers(0, num_classes, size=int(rng.integers(20, 120)))
+    hard = sorted(rng.choice(num_classes, size=int(rng.integers(1, num_classes)), replace=False).tolist())
+    if not np.isin(hard, y_true).any():
+        hard.append(int(y_true[0]))
+    seeds = [10, 11, 12, 13][: int(rng.integers(2, 5))]
+    skill = {"erm": rng.uniform(0.3, 0.9), "m": rng.uniform(0.3, 0.9)}
+
+    def predict(label: str) -> np.ndarray:
+        hit = rng.random(y_true.size) < skill[label]
+        return np.where(hit, y_true, rng.integers(0, num_classes, size=y_true.size))
+
+    ref = {s: (y_true, predict("erm")) for s in seeds}
+    new = {s: (y_true, predict("m")) for s in seeds}
+    verdict = judge(ref, new, hard, num_classes, chosen_label="m")
+    ref_fig = [_loop_figures(y_true.tolist(), ref[s][1].tolist(), hard) for s in seeds]
+    new_fig = [_loop_figures(y_true.tolist(), new[s][1].tolist(), hard) for s in seeds]
+    ref_hard, ref_overall = [f[0] for f in ref_fig], [f[1] for f in ref_fig]
+    new_hard, new_overall = [f[0] for f in new_fig], [f[1] for f in new_fig]
+    assert verdict.reference_hard == pytest.approx(ref_hard, rel=1e-12)
+    assert verdict.chosen_overall == pytest.approx(new_overall, rel=1e-12)
+    differences = [b - a for a, b in zip(ref_hard, new_hard)]
+    if np.std(differences) < 1e-12:  # scipy warns and returns NaN there: the zero-spread test covers it
+        return
+    outcome, greater, less = _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall)
+    assert verdict.outcome == outcome
+    assert verdict.p_greater == pytest.approx(greater, rel=1e-9)
+    assert verdict.p_less == pytest.approx(less, rel=1e-9)
+
+
+def _power_by_integral(n: int, effect: float, alpha: float = 0.05) -> float:
+    """P(T' > c) with T' = (Z + delta) / sqrt(V / nu), written out as an integral over V ~ chi2(nu):
+    E_V[ P(Z > c sqrt(V / nu) - delta) ] (no noncentral-t routine involved)."""
+    nu = n - 1
+    critical = stats.t.ppf(1 - alpha, nu)
+    delta = math.sqrt(n) * effect
+
+    def integrand(v: float) -> float:
+        return stats.norm.sf(critical * math.sqrt(v / nu) - delta) * stats.chi2.pdf(v, nu)
+
+    value, _ = integrate.quad(integrand, 0, np.inf, limit=200, epsabs=1e-12, epsrel=1e-10)
+    return float(value)
+
+
+@pytest.mark.parametrize(("mean", "sd"), [(0.01, 0.01), (0.0065, 0.011), (0.002, 0.01), (0.05, 0.02),
+                                          (0.03, 0.1)])
+def test_seeds_needed_is_the_smallest_n_with_80_percent_power(mean, sd):
+    n = seeds_needed(mean, sd)
+    assert n is not None and n >= 2
+    effect = mean / sd
+    assert _power_by_integral(n, effect) >= 0.8
+    if n > 2:
+        assert _power_by_integral(n - 1, effect) < 0.8
+    assert one_sided_power(n, effect) == pytest.approx(_power_by_integral(n, effect), abs=1e-7)
+
+
+def test_power_agrees_with_a_monte_carlo_of_the_t_test():
+    """40,000 simulated 6-seed experiments with normal differences (mean 0.01, SD 0.012), seed 0:
+    the share where the one-sided t-test rejects at 0.05 is the computed power (MC SE ~ 0.0025)."""
+    rng = np.random.default_rng(0)
+    n, mean, sd = 6, 0.01, 0.012
+    differences = rng.normal(mean, sd, size=(40_000, n))
+    t = differences.mean(1) / (differences.std(1, ddof=1) / math.sqrt(n))
+    rejected = float(np.mean(t > stats.t.ppf(0.95, n - 1)))
+    assert rejected == pytest.approx(one_sided_power(n, mean / sd), abs=0.01)
+
+
+def test_seeds_needed_edge_cases():
+    assert seeds_needed(0.0, 0.01) is None and seeds_needed(-0.01, 0.01) is None
+    assert seeds_needed(0.01, 0.0) == 2
+    assert seeds_needed(1e-3, 1.0) is None  # about 6.2 million seeds: beyond MAX_SEEDS
+    assert 6.1e6 < seeds_needed(1e-3, 1.0, limit=10**8) < 6.3e6  # (z_0.95 + z_0.8)^2 / effect^2
+
+
+def test_judge_refuses_bad_input():
+    y = np.array([0, 1, 2, 2])
+    ok = {0: (y, y), 1: (y, y)}
+    with pytest.raises(VerdictError) as error:
+        judge(ok, {0: (y, y), 1: (y[::-1].copy(), y)}, [2], 3, chosen_label="m")
+    assert str(error.value) == LABELS_DIFFER.format(method="m", seed=1, first_method="erm", first_seed=0)
+    for hard in ([], [3], [1, 1], [-1]):
+        with pytest.raises(VerdictError) as error:
+            judge(ok, ok, hard, 3)
+        assert str(error.value) == BAD_HARD_CLASSES.format(num_classes=3, value=hard)
+    with pytest.raises(VerdictError) as error:
+        judge({0: (y, y), 1: (y, y + 1)}, None, [2], 3)
+    assert str(error.value) == BAD_PREDICTIONS.format(method="erm", seed=1, num_classes=3,
+                                                      detail="class ids from 0 to 3")
+    with pytest.raises(VerdictError) as error:
+        judge({0: (y, y.astype(float)), 1: (y, y)}, None, [2], 3)
+    assert str(error.value) == BAD_PREDICTIONS.format(method="erm", seed=0, num_classes=3,
+                                                      detail="dtypes int64 and float64")
+    y3 = np.array([0, 0, 1])
+    with pytest.raises(VerdictError) as error:
+        judge({0: (y3, y3), 1: (y3, y3)}, None, [2], 3)
+    assert str(error.value) == NO_HARD_SAMPLE.format(classes=[2])
