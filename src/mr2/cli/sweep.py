@@ -143,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, SweepSpecError) as error:
         print(f"mr2 sweep: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as error:  # disk full, permissions changed mid-sweep: checked upfront where possible
+        print(f"mr2 sweep: error: {_os_error(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except SweepInterrupted as interrupt:
         print(f"\nmr2 sweep: interrupted ({interrupt}); its trainers were stopped; run the same command "
               "again to resume.", file=sys.stderr)
@@ -154,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if args.no_wait and spec.launcher.name == "slurm":
         return 0 if not result.failed else EXIT_FAILED_RUNS
     return 0 if result.ok else EXIT_FAILED_RUNS
+
+
+def _os_error(error: OSError) -> str:
+    """An operating-system error as one line: what failed, on which file."""
+    where = f" ({error.filename})" if error.filename else ""
+    return f"{error.strerror or error}{where}"
 
 
 def _inspect(command: str, sweep_dir: Path, args: argparse.Namespace) -> int:

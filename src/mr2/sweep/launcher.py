@@ -26,13 +26,22 @@ naming it and the valid ones).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mr2.config import ConfigError
 from mr2.config.schema import build_dataclass
 
-__all__ = ["LAUNCHERS", "NEEDS_SUBMITIT", "LauncherOptions", "launcher_from_dict", "parse_launcher_option"]
+__all__ = [
+    "LAUNCHERS",
+    "NEEDS_SUBMITIT",
+    "NO_SLURM",
+    "LauncherOptions",
+    "check_launcher_available",
+    "launcher_from_dict",
+    "parse_launcher_option",
+]
 
 #: The launcher names.
 LAUNCHERS = ("local", "slurm")
@@ -40,6 +49,12 @@ NEEDS_SUBMITIT = (
     "launcher 'slurm' needs submitit, which is not installed; install it with `pip install "
     "'mr2[cluster]'` (or `pip install submitit`)"
 )
+NO_SLURM = (
+    "launcher 'slurm' with executor 'slurm' needs Slurm's commands, but {missing} not found on PATH (is "
+    "this a Slurm login node?); --launcher-option executor=local runs the same code path on this machine"
+)
+#: The Slurm commands submitit's Slurm executor calls (sbatch to submit; srun to detect the cluster).
+SLURM_COMMANDS = ("sbatch", "srun")
 BAD_OPTION = "launcher key {path!r} {problem}; got {value!r}"
 NOT_KEY_VALUE = "--launcher-option takes KEY=VALUE (e.g. partition=gpu); got {value!r}"
 SLURM_ONLY = (
@@ -123,6 +138,24 @@ def launcher_from_dict(data: Any, path: str = "launcher") -> LauncherOptions:
         if slurm_keys:
             raise ConfigError(SLURM_ONLY.format(key=slurm_keys[0]))
     return options
+
+
+def check_launcher_available(options: LauncherOptions) -> None:
+    """Fail before anything is written when the launcher cannot start jobs here: Slurm's commands
+    missing for ``executor: slurm`` (submitit would fail only when submitting).
+
+    Kept out of :func:`launcher_from_dict`: ``mr2 sweep status|report DIR`` rebuild a Slurm sweep on
+    machines without Slurm.
+
+    Raises:
+        ConfigError: :data:`NO_SLURM`, naming the missing commands.
+    """
+    if options.name != "slurm" or options.executor != "slurm":
+        return
+    missing = [command for command in SLURM_COMMANDS if shutil.which(command) is None]
+    if missing:
+        names = " and ".join(f"`{command}`" for command in missing)
+        raise ConfigError(NO_SLURM.format(missing=names + (" were" if len(missing) > 1 else " was")))
 
 
 def parse_launcher_option(text: str) -> tuple[str, Any]:

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from mr2.config import ConfigError
 from mr2.io import atomic_write_json
 from mr2.report.exceptions import ReportError
 from mr2.sweep.cluster import submit_points
+from mr2.sweep.launcher import check_launcher_available
 from mr2.sweep.plan import RunPoint, plan_sweep
 from mr2.sweep.processes import config_path, train_command, write_config
 from mr2.sweep.report import SweepReport, selection_summary, write_sweep_report
 from mr2.sweep.runner import RunOutcome, run_points
 from mr2.sweep.selection import SelectionError
-from mr2.sweep.spec import SweepSpec
+from mr2.sweep.spec import SweepSpec, SweepSpecError
 
-__all__ = ["SweepResult", "describe_plan", "prepare_sweep", "run_sweep"]
+__all__ = ["SWEEP_DIR_UNUSABLE", "SweepResult", "describe_plan", "prepare_sweep", "run_sweep"]
+
+SWEEP_DIR_UNUSABLE = (
+    "cannot write the sweep directory {path}: {reason}; choose another output directory "
+    "(--output-dir DIR or the file's output_dir)"
+)
 
 
 @dataclass
@@ -89,10 +98,43 @@ def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
     return path
 
 
+def _unusable(path: Path, reason: str) -> SweepSpecError:
+    return SweepSpecError(SWEEP_DIR_UNUSABLE.format(path=path, reason=reason))
+
+
+def _make_sweep_dir(sweep_dir: Path) -> None:
+    """Create ``sweep_dir`` (and its parents), or raise a one-line :class:`SweepSpecError` saying
+    which part of the path is in the way (a file, a dangling link, a read-only directory)."""
+    for part in (sweep_dir, *sweep_dir.parents):
+        if part.is_symlink() and not part.exists():
+            reason = f"{part} is a symbolic link to {os.readlink(part)}, which does not exist"
+            raise _unusable(sweep_dir, reason)
+        if part.exists():
+            if not part.is_dir():
+                raise _unusable(sweep_dir, f"{part} is a file, not a directory")
+            break
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _unusable(sweep_dir, error.strerror or str(error)) from None
+    if not os.access(sweep_dir, os.W_OK | os.X_OK):
+        raise _unusable(sweep_dir, os.strerror(errno.EACCES))
+
+
 def prepare_sweep(spec: SweepSpec) -> list[RunPoint]:
-    """Plan the sweep and write ``sweep.json`` and every run's ``configs/<name>.yaml`` (no training)."""
+    """Plan the sweep and write ``sweep.json`` and every run's ``configs/<name>.yaml`` (no training).
+
+    Raises:
+        SweepSpecError: before anything is written: an invalid point, a launcher that cannot start
+            jobs here (Slurm's commands missing), or a sweep directory that cannot be created or
+            written (a file or a dangling symbolic link in its path, a read-only directory).
+    """
     points = plan_sweep(spec)
-    spec.sweep_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        check_launcher_available(spec.launcher)
+    except ConfigError as error:
+        raise SweepSpecError(str(error)) from None
+    _make_sweep_dir(spec.sweep_dir)
     _write_plan(spec, points)
     for point in points:
         write_config(point)
