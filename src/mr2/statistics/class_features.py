@@ -377,7 +377,8 @@ class ClassFeatureStatistics(nn.Module):
             self.samples_seen.add_(seen if ok is None else seen * ok)
 
     # ------------------------------------------------------- deferred updates
-    def _check_deferrable(self) -> None:
+    def check_deferrable(self) -> None:
+        """Raise :class:`~mr2.checks.MR2InputError` unless these statistics can defer updates."""
         if self.estimator != "pooled" or self.norm_p != 2.0:
             raise MR2InputError(
                 DEFER_NEEDS_POOLED_L2.format(estimator=self.estimator, norm_p=self.norm_p)
@@ -385,7 +386,7 @@ class ClassFeatureStatistics(nn.Module):
 
     def _prepare_deferred(self, features: torch.Tensor, target: torch.Tensor) -> PendingUpdate:
         """A micro-batch's local per-class sums (no all-reduce here: once, in apply_accumulated)."""
-        self._check_deferrable()
+        self.check_deferrable()
         with torch.autocast(device_type=features.device.type, enabled=False):
             x = features.detach().to(self.feature_sum.dtype)
             count, feature_sum, sq_norm_sum = class_sums(x, target, self.num_classes)
@@ -464,16 +465,18 @@ class ClassFeatureStatistics(nn.Module):
 
         On an exception the pending sums are dropped. Deferral stays on if it was on before.
         """
-        self._check_deferrable()
+        self.check_deferrable()
         was_deferred, self.deferred = self.deferred, True
         try:
             yield
         except BaseException:
             self._pending_sums = None
+            self.deferred = was_deferred
             raise
+        try:
+            self.apply_accumulated()
         finally:
             self.deferred = was_deferred
-        self.apply_accumulated()
 
     @torch.no_grad()
     def update(self, features: torch.Tensor, target: torch.Tensor, *, checked: bool = False) -> None:

@@ -1,0 +1,126 @@
+"""PyTorch Lightning: train with :class:`~mr2.MR2Loss` and log class-wise disparity.
+
+What a ``LightningModule`` needs (see examples/lightning_mr2.py and docs/integrations.md):
+
+- the loss as an attribute of the module (``self.criterion = MR2Loss(...)``): its class statistics
+  are then buffers of the module, in every checkpoint Lightning writes, restored by
+  ``trainer.fit(ckpt_path=...)`` and moved by ``.to()``; pass ``feature_dim`` so that the buffers
+  have their shape before DDP wraps the module;
+- :class:`MR2StatisticsCallback`: with ``accumulate_grad_batches = k > 1`` it makes the statistics
+  add up the ``k`` micro-batches and applies them once per optimiser step (the statistics of one
+  batch of ``k`` times the size); with ``k = 1`` it does nothing;
+- :func:`log_mr2_parts` in ``training_step`` and :func:`log_disparity` at the end of a validation
+  epoch: both go through ``LightningModule.log_dict`` with scalar values only.
+
+Under the ``ddp`` strategy the statistics are all-reduced inside the loss (every rank holds the same
+values, so DDP's buffer broadcast from rank 0 changes nothing), and ``ClasswiseDisparity`` sums its
+confusion matrix over the ranks: log its values without ``sync_dist`` (they are already global).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+try:
+    import lightning.pytorch as pl
+except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
+    raise ModuleNotFoundError(
+        "mr2.integrations.lightning needs lightning: pip install 'mr2[lightning]'"
+    ) from error
+
+from mr2.losses.mr2 import MR2Loss
+from mr2.metrics.classwise_disparity import ClasswiseDisparity
+from mr2.statistics.class_features import ClassFeatureStatistics
+
+__all__ = ["MR2StatisticsCallback", "log_disparity", "log_mr2_parts", "statistics_modules"]
+
+
+def statistics_modules(module: nn.Module) -> list[ClassFeatureStatistics]:
+    """Every :class:`~mr2.ClassFeatureStatistics` inside ``module`` (e.g. an ``MR2Loss``'s)."""
+    return [child for child in module.modules() if isinstance(child, ClassFeatureStatistics)]
+
+
+class MR2StatisticsCallback(pl.Callback):
+    """Gradient accumulation for MR2's class statistics inside a Lightning ``Trainer``.
+
+    Without this callback every micro-batch is one moving-average step of the statistics (those of
+    a run at the micro-batch size, see :class:`~mr2.ClassFeatureStatistics`). With it, and
+    ``Trainer(accumulate_grad_batches=k)``, the statistics of the module's ``MR2Loss`` add the
+    micro-batches up and apply them once, in ``on_before_optimizer_step`` (after the last
+    micro-batch's backward, on every rank), so they equal the statistics of one batch of ``k``
+    micro-batches. The last, shorter group of an epoch is applied at its own optimiser step.
+
+    Args:
+        defer: True/False to force deferral on/off; None (default): on when
+            ``trainer.accumulate_grad_batches > 1``.
+    """
+
+    def __init__(self, defer: bool | None = None) -> None:
+        self.defer = defer
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        defer = trainer.accumulate_grad_batches > 1 if self.defer is None else self.defer
+        for stats in statistics_modules(pl_module):
+            if defer:
+                stats.check_deferrable()
+            stats.deferred = defer
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
+    ) -> None:
+        for stats in statistics_modules(pl_module):
+            stats.apply_accumulated()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for stats in statistics_modules(pl_module):
+            stats.apply_accumulated()
+            stats.deferred = False
+
+
+def log_mr2_parts(
+    module: pl.LightningModule, criterion: MR2Loss, prefix: str = "train/", **log_kwargs: Any
+) -> dict[str, Any]:
+    """Log the last MR2 evaluation's scalar parts (no host sync) and return what was logged.
+
+    Names: ``{prefix}loss``, ``{prefix}logit_term``, ``{prefix}representation_term``,
+    ``{prefix}distance_margin``, ``{prefix}temperature_min`` and ``{prefix}temperature_max``.
+    ``log_kwargs`` go to ``log_dict`` (e.g. ``prog_bar=True``). Nothing is logged before the first
+    call of the loss.
+    """
+    parts = criterion.parts
+    if parts is None:
+        return {}
+    values = {
+        f"{prefix}loss": parts.total,
+        f"{prefix}logit_term": parts.logit,
+        f"{prefix}representation_term": parts.representation,
+        f"{prefix}distance_margin": parts.margin,
+        f"{prefix}temperature_min": parts.temperatures.min(),
+        f"{prefix}temperature_max": parts.temperatures.max(),
+    }
+    module.log_dict(values, **log_kwargs)
+    return values
+
+
+def log_disparity(
+    module: pl.LightningModule,
+    metric: ClasswiseDisparity,
+    prefix: str = "val/",
+    *,
+    reset: bool = True,
+    **log_kwargs: Any,
+) -> dict[str, float]:
+    """Log ``metric.to_log_dict(prefix)`` through ``module.log_dict`` and reset the metric.
+
+    Call it from ``on_validation_epoch_end`` (or ``on_train_epoch_end``) after updating ``metric``
+    in every step. The values are Python floats (overall, worst/best class, difference, tiers when
+    the metric has a fixed :class:`~mr2.report.TierSplit`, one ``class_accuracy/<name>`` per class),
+    already summed over the ranks; returns the logged dictionary.
+    """
+    values = metric.to_log_dict(prefix)
+    module.log_dict(values, **log_kwargs)
+    if reset:
+        metric.reset()
+    return values
