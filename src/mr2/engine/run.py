@@ -65,6 +65,8 @@ class TrainingSession:
         self.run = RunDirectory(Path(config.output_dir) / config.name)
         if self.runtime.is_main:
             _probe_owner(self.run)
+            if overwrite:
+                self.run.check_overwritable()
         seed_everything(config.seed, config.deterministic)
         self.data: RunData = build_data(config, self.runtime.device)
         self.trainer = Trainer(config, self.runtime, self.data)

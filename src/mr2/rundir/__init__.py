@@ -3,6 +3,7 @@
 from mr2.rundir.layout import (
     CONFIG_CHANGED,
     NOT_A_RUN,
+    NOT_A_RUN_DIRECTORY,
     OVERWRITTEN_DIR,
     RUN_EXISTS,
     TRAINER_LOG,
@@ -15,6 +16,7 @@ __all__ = [
     "CONFIG_CHANGED",
     "LOCK_FILE",
     "NOT_A_RUN",
+    "NOT_A_RUN_DIRECTORY",
     "OVERWRITTEN_DIR",
     "RUN_EXISTS",
     "RUN_LOCKED",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from mr2.rundir.lock import LOCK_FILE, RunLock, lock_holder
 __all__ = [
     "CONFIG_CHANGED",
     "NOT_A_RUN",
+    "NOT_A_RUN_DIRECTORY",
     "OVERWRITTEN_DIR",
     "RUN_EXISTS",
     "TRAINER_LOG",
@@ -49,12 +51,54 @@ CONFIG_CHANGED = (
     "(differs in: {keys}). Use another run name or --overwrite."
 )
 NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.pt)."
+NOT_A_RUN_DIRECTORY = (
+    "{path} is not a run directory of mr2: it holds {entries}, which no run writes; --overwrite would "
+    "delete them, so nothing was changed: choose another run name or output_dir, or move them away"
+)
 
 #: Where ``--overwrite`` keeps the previous run until the new one has its first checkpoint.
 OVERWRITTEN_DIR = ".overwritten"
 #: The trainer's stdout/stderr when a sweep runs it (kept in place by an overwrite: it is open).
 TRAINER_LOG = "train.log"
 _KEPT = (LOCK_FILE, OVERWRITTEN_DIR, TRAINER_LOG)
+
+# The layout (docs/run-directory.md, "What --overwrite replaces"): the only entries a directory may
+# hold for ``--overwrite`` to replace it. Files, directories and the files of ``checkpoints/``;
+# the content of ``tensorboard/``, ``predictions/`` and ``.overwritten/`` is the run's own.
+_LAYOUT_FILES = ("config.yaml", "metrics.jsonl", "final.json", TRAINER_LOG, LOCK_FILE)
+_EVAL_FILE = re.compile(r"eval_[A-Za-z0-9_]+\.json")
+_LAYOUT_DIRS = ("checkpoints", "tensorboard", "predictions", OVERWRITTEN_DIR)
+_CHECKPOINT_FILES = ("last.pt", "best.pt")
+#: ``.<name>.<random>.tmp``: what :mod:`mr2.io` leaves of an interrupted write of ``<name>``.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
+_SHOWN_ENTRIES = 5
+
+
+def _is_layout_file(name: str, names: tuple[str, ...], pattern: re.Pattern[str] | None = None) -> bool:
+    temporary = _TEMPORARY.fullmatch(name)
+    if temporary is not None:
+        name = temporary["name"]
+    return name in names or (pattern is not None and pattern.fullmatch(name) is not None)
+
+
+def _foreign_entries(path: Path) -> list[str]:
+    """The entries of ``path`` outside the run layout (directories with a trailing ``/``)."""
+    foreign: list[str] = []
+    for entry in sorted(path.iterdir()):
+        if entry.is_symlink():
+            foreign.append(entry.name)
+        elif entry.is_dir():
+            if entry.name not in _LAYOUT_DIRS:
+                foreign.append(entry.name + "/")
+            elif entry.name == "checkpoints":
+                foreign += [
+                    f"checkpoints/{child.name}" for child in sorted(entry.iterdir())
+                    if child.is_symlink() or not child.is_file()
+                    or not _is_layout_file(child.name, _CHECKPOINT_FILES)
+                ]
+        elif not entry.is_file() or not _is_layout_file(entry.name, _LAYOUT_FILES, _EVAL_FILE):
+            foreign.append(entry.name)
+    return foreign
 
 
 class RunDirectoryError(RuntimeError):
@@ -239,6 +283,21 @@ class RunDirectory:
             raise RunDirectoryError(NOT_A_RUN.format(path=self.path))
 
     # -------------------------------------------------------------- overwrite
+    def check_overwritable(self) -> None:
+        """Raise :class:`RunDirectoryError` (:data:`NOT_A_RUN_DIRECTORY`) unless the directory is
+        absent, empty or holds only entries of the run layout: ``--overwrite`` deletes those only.
+
+        Read-only (no lock needed): called before anything is built, and again under the lock.
+        """
+        if not self.path.is_dir():
+            return
+        foreign = _foreign_entries(self.path)
+        if foreign:
+            shown = ", ".join(repr(name) for name in foreign[:_SHOWN_ENTRIES])
+            if len(foreign) > _SHOWN_ENTRIES:
+                shown += f" and {len(foreign) - _SHOWN_ENTRIES} more"
+            raise RunDirectoryError(NOT_A_RUN_DIRECTORY.format(path=self.path, entries=shown))
+
     def _movable(self) -> list[Path]:
         if not self.path.is_dir():
             return []
@@ -252,6 +311,7 @@ class RunDirectory:
         """
         self._require_lock()
         self.recover()
+        self.check_overwritable()
         items = self._movable()
         if not items:
             return False
