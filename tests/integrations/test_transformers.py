@@ -1,0 +1,165 @@
+"""MR2 in the Hugging Face Trainer, with the real library: resume from its checkpoint, accumulation,
+compute_metrics scalars read back from TensorBoard, checkpoint contents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers", reason="the transformers extra is not installed")
+pytest.importorskip("accelerate", reason="the transformers extra is not installed")
+
+import safetensors.torch
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch import nn
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from mr2 import MR2Loss
+from mr2.integrations.transformers import (
+    NO_FEATURES,
+    ClassifierForTrainer,
+    DisparityMetrics,
+    MR2ComputeLoss,
+    MR2StatisticsCallback,
+)
+from mr2.report.confusion import confusion_matrix
+
+NUM_CLASSES, IN_DIM, FEATURE_DIM = 4, 8, 6
+CLASS_NAMES = ["T-shirt/top", "sea lion", "cat", "dog"]
+KEYS = ["T-shirt_top", "sea_lion", "cat", "dog"]
+
+
+class Pixels(torch.utils.data.Dataset):
+    def __init__(self, size: int = 64, seed: int = 3) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.target = torch.arange(size) % NUM_CLASSES
+        self.inputs = torch.randn(size, IN_DIM, generator=generator) + self.target[:, None].float()
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"pixel_values": self.inputs[index], "labels": self.target[index]}
+
+
+def tiny_model() -> ClassifierForTrainer:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(IN_DIM, FEATURE_DIM), nn.Tanh(), nn.Linear(FEATURE_DIM, NUM_CLASSES))
+    return ClassifierForTrainer(net, MR2Loss(NUM_CLASSES, feature_dim=FEATURE_DIM, momentum=0.6))
+
+
+def make_trainer(model: ClassifierForTrainer, out: Path, callbacks: list[Any] = (), **options: Any) -> Trainer:
+    settings: dict[str, Any] = {
+        "output_dir": str(out),
+        "per_device_train_batch_size": 8,
+        "per_device_eval_batch_size": 16,
+        "max_steps": 8,
+        "learning_rate": 0.05,
+        "lr_scheduler_type": "constant",
+        "use_cpu": True,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+        "dataloader_num_workers": 0,
+    }
+    settings.update(options)
+    return Trainer(
+        model=model,
+        args=TrainingArguments(**settings),
+        train_dataset=Pixels(),
+        eval_dataset=Pixels(size=32, seed=5),
+        compute_loss_func=MR2ComputeLoss(model.criterion),
+        compute_metrics=DisparityMetrics(NUM_CLASSES, CLASS_NAMES),
+        callbacks=[MR2StatisticsCallback(model.criterion), *callbacks],
+    )
+
+
+def statistics(model: ClassifierForTrainer) -> dict[str, torch.Tensor]:
+    return {name: value.clone() for name, value in model.criterion.statistics.state_dict().items()}
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+def test_resume_from_checkpoint_restores_the_statistics(tmp_path):
+    uninterrupted = tiny_model()
+    make_trainer(uninterrupted, tmp_path / "a").train()
+
+    stopped = tiny_model()
+    make_trainer(stopped, tmp_path / "b", [StopAt(4)], save_strategy="steps", save_steps=4).train()
+    checkpoint = tmp_path / "b" / "checkpoint-4"
+    saved = safetensors.torch.load_file(checkpoint / "model.safetensors")
+    assert torch.equal(saved["criterion.statistics.samples_seen"], stopped.criterion.statistics.samples_seen)
+    assert stopped.criterion.statistics.samples_seen.sum() == 32
+
+    resumed = tiny_model()  # fresh statistics: they must come from the checkpoint
+    make_trainer(resumed, tmp_path / "b").train(resume_from_checkpoint=str(checkpoint))
+    expected = statistics(uninterrupted)
+    for name, value in statistics(resumed).items():
+        torch.testing.assert_close(value, expected[name], rtol=1e-6, atol=1e-6, msg=name)
+    assert resumed.criterion.statistics.samples_seen.sum() == 64
+
+
+def test_accumulated_micro_batches_give_the_statistics_of_the_large_batch(tmp_path):
+    # learning rate 0 keeps the features fixed; the same seed gives the same sample order.
+    large, accumulated, default = tiny_model(), tiny_model(), tiny_model()
+    make_trainer(large, tmp_path / "large", learning_rate=0.0, max_steps=6).train()
+    make_trainer(accumulated, tmp_path / "acc", learning_rate=0.0, max_steps=6,
+                 per_device_train_batch_size=4, gradient_accumulation_steps=2).train()
+    assert not accumulated.criterion.statistics.deferred
+    for name, value in statistics(accumulated).items():
+        torch.testing.assert_close(value, statistics(large)[name], rtol=1e-5, atol=1e-5, msg=name)
+    trainer = make_trainer(default, tmp_path / "def", learning_rate=0.0, max_steps=6,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    trainer.callback_handler.callbacks = [
+        MR2StatisticsCallback(default.criterion, defer=False) if isinstance(c, MR2StatisticsCallback) else c
+        for c in trainer.callback_handler.callbacks
+    ]
+    trainer.train()
+    gap = (default.criterion.statistics.means() - large.criterion.statistics.means()).abs().max()
+    assert gap > 1e-3  # one moving-average step per micro-batch
+
+
+def test_accumulated_loss_is_the_mean_over_the_accumulated_batch():
+    # The Trainer does not divide a compute_loss_func's loss by the accumulation steps.
+    model = tiny_model()
+    loss_func = MR2ComputeLoss(model.criterion)
+    batch = Pixels(size=8)
+    outputs = model(batch.inputs)
+    full = loss_func(outputs, batch.target)
+    scaled = loss_func(outputs, batch.target, num_items_in_batch=torch.tensor(32))
+    torch.testing.assert_close(scaled, full * 8 / 32)
+    with pytest.raises(TypeError) as error:
+        loss_func(outputs["logits"], batch.target)
+    assert str(error.value) == NO_FEATURES.format(kind="Tensor")
+
+
+def test_compute_metrics_scalars_read_back_from_tensorboard(tmp_path):
+    model = tiny_model()
+    trainer = make_trainer(model, tmp_path, report_to=["tensorboard"], eval_strategy="steps",
+                           eval_steps=4, logging_strategy="steps", logging_steps=4)
+    trainer.train()
+    (event_file,) = (tmp_path / "runs").glob("*/events.out.tfevents.*")
+    events = EventAccumulator(str(event_file.parent))
+    events.Reload()
+    model.eval()
+    with torch.no_grad():
+        data = Pixels(size=32, seed=5)
+        confusion = confusion_matrix(model(data.inputs)["logits"], data.target, NUM_CLASSES).double()
+    by_class = (confusion.diagonal() / confusion.sum(1)).tolist()
+    for key, accuracy in zip(KEYS, by_class, strict=True):
+        logged = events.Scalars(f"eval/class_accuracy/{key}")
+        assert [point.step for point in logged] == [4, 8]
+        assert logged[-1].value == pytest.approx(accuracy, abs=1e-6)
+    assert events.Scalars("eval/worst_class_accuracy")[-1].value == pytest.approx(min(by_class), abs=1e-6)
