@@ -36,6 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text file with one class name per line, in class-id order (with --predictions)",
     )
     parser.add_argument(
+        "--max-classes",
+        type=int,
+        metavar="K",
+        default=None,
+        help="largest number of classes a predictions file may make (class ids below K; default: "
+        "10000); a stray huge class id is refused instead of allocating a K x K confusion matrix",
+    )
+    parser.add_argument(
         "--reference",
         metavar="NAME",
         default=None,
@@ -86,6 +94,9 @@ SOURCES_NONE = "nothing to report: give run directories or --predictions FILE[=L
 CLASS_NAMES_WITHOUT_PREDICTIONS = (
     "--class-names applies to --predictions files; run directories carry their class names"
 )
+MAX_CLASSES_WITHOUT_PREDICTIONS = (
+    "--max-classes applies to --predictions files; run directories carry their class count"
+)
 
 
 def settings_from_args(args: argparse.Namespace) -> ReportSettings:
@@ -105,16 +116,22 @@ def settings_from_args(args: argparse.Namespace) -> ReportSettings:
 
 
 def _load(args: argparse.Namespace) -> list[RunRecord]:
+    from mr2.report.limits import DEFAULT_MAX_CLASSES
     from mr2.report.predictions import load_predictions, read_class_names
     from mr2.report.run_dir import load_runs
 
     if args.run_dirs and args.predictions:
         raise ReportError(SOURCES_BOTH)
     if args.predictions:
-        names = read_class_names(args.class_names) if args.class_names is not None else None
-        return load_predictions(args.predictions, class_names=names)
+        limit = DEFAULT_MAX_CLASSES if args.max_classes is None else args.max_classes
+        names = (
+            read_class_names(args.class_names, max_classes=limit) if args.class_names is not None else None
+        )
+        return load_predictions(args.predictions, class_names=names, max_classes=limit)
     if args.class_names is not None:
         raise ReportError(CLASS_NAMES_WITHOUT_PREDICTIONS)
+    if args.max_classes is not None:
+        raise ReportError(MAX_CLASSES_WITHOUT_PREDICTIONS)
     if not args.run_dirs:
         raise ReportError(SOURCES_NONE)
     return load_runs(args.run_dirs)

@@ -41,6 +41,7 @@ from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
 from mr2.report.disparity import DisparityReport
 from mr2.report.exceptions import ReportError
+from mr2.report.limits import confusion_bytes, format_bytes
 from mr2.report.log_keys import log_key, log_keys
 from mr2.report.tiers import TierSplit
 
@@ -129,7 +130,7 @@ class ClasswiseDisparity(Metric):
         if num_classes > MAX_NUM_CLASSES:
             raise ReportError(
                 NUM_CLASSES_TOO_LARGE.format(
-                    value=num_classes, limit=MAX_NUM_CLASSES, size=_format_bytes(8 * num_classes**2)
+                    value=num_classes, limit=MAX_NUM_CLASSES, size=format_bytes(confusion_bytes(num_classes))
                 )
             )
         if class_names is not None:
@@ -224,16 +225,6 @@ class ClasswiseDisparity(Metric):
         for name, value in zip(names, report.by_class.tolist(), strict=True):
             logged[f"{prefix}class_accuracy/{name}"] = float(value)
         return logged
-
-
-def _format_bytes(size: int) -> str:
-    """``8e12`` -> ``"8.0 TB"`` (decimal units)."""
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if value < 1000 or unit == "PB":
-            return f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _describe(value: object) -> str:

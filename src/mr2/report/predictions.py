@@ -17,13 +17,23 @@ run has no seed; without a label the file's stem is the method.
 
 Every file must describe the same test set: the same N, the same ``y_true`` (sample by sample) and
 the same K. K is the logits' width, else the number of class names (``--class-names`` or the files'),
-else ``1 + `` the largest class id in the files. Every problem raises :class:`PredictionsError` with
-one of the message constants below, before any report file is written.
+else ``1 + `` the largest class id in the files. K may not exceed ``max_classes``
+(:data:`mr2.report.limits.DEFAULT_MAX_CLASSES`, ``mr2 report --max-classes``): a class id, a logits
+width or a list of names above it is refused, naming the file and the label, before any K x K matrix
+is allocated (an ``.npz`` array's shape is read from its header before the array is loaded). Every
+problem raises :class:`PredictionsError` with one of the message constants below, before any report
+file is written.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
+import math
+import os
+import re
+import unicodedata
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +43,10 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
 from mr2.report.exceptions import PredictionsError
+from mr2.report.limits import DEFAULT_MAX_CLASSES, confusion_bytes, format_bytes
 from mr2.report.run_dir import RunRecord, check_comparable
 
 __all__ = [
@@ -70,9 +82,15 @@ UNKNOWN_COLUMNS = (
     "y_true,y_pred, or y_true and one column of scores per class"
 )
 COLUMN_MISSING = (
-    "predictions file {path} has no 'y_true' column; the header must be y_true,y_pred or y_true "
-    "followed by one column per class"
+    "predictions file {path} has no 'y_true' column (found {found}); the header must be "
+    "y_true,y_pred or y_true followed by one column per class{hint}"
 )
+COLUMNS_UNEXPECTED = (
+    "predictions file {path} has the columns {found}; expected y_true,y_pred (class ids), or y_true "
+    "followed by one score column per class (at least 2){hint}"
+)
+DID_YOU_MEAN = "; did you mean {name!r} for {column!r}?"
+COLUMN_REPEATED = "predictions file {path} has the column {column!r} twice; every column name must be unique"
 EMPTY_FILE = "predictions file {path} holds no sample; it must hold at least one prediction"
 ROW_LENGTH = "predictions file {path}, line {line}: {actual} cells, but the header has {expected}"
 CELL_INVALID = "predictions file {path}, line {line}, column {column!r}: {value!r} is not a number"
@@ -80,6 +98,9 @@ WRONG_SHAPE = "predictions file {path}: {key} must have shape {expected}, got {a
 NOT_INTEGER = (
     "predictions file {path}: {key} must hold integer class ids, got {problem}; save the class ids "
     "(or logits as 'logits')"
+)
+LOGITS_NOT_REAL = (
+    "predictions file {path}: logits must be real numbers (integer or floating point), got dtype {dtype}"
 )
 NOT_FINITE = (
     "predictions file {path}: logits hold {count} non-finite value(s) (NaN or infinity), first in "
@@ -89,7 +110,27 @@ LABEL_OUT_OF_RANGE = (
     "predictions file {path}: {key} holds class id {value}, outside [0, {num_classes}); check the "
     "label encoding and the class names"
 )
-CLASS_NAMES_INVALID = "predictions file {path}: class_names must be {num_classes} strings, got {problem}"
+TOO_MANY_CLASSES = (
+    "predictions file {path}: {what}, more than the limit of {limit} classes (the report's K x K "
+    "confusion matrix would take {size}); check the label encoding (class ids 0 to K-1), or raise "
+    "the limit with --max-classes"
+)
+NAMES_ABOVE_LIMIT = (
+    "holds {count} names, more than the limit of {limit} classes (a K x K confusion matrix of "
+    "{size}); raise the limit with --max-classes"
+)
+GIVEN_NAMES_ABOVE_LIMIT = (
+    "class_names gives {count} names, more than the limit of {limit} classes (a K x K confusion "
+    "matrix of {size}); raise max_classes"
+)
+MAX_CLASSES_INVALID = "the class limit (--max-classes) must be a positive integer, got {value!r}"
+ARRAY_TRUNCATED = (
+    "predictions file {path}: array {key!r} declares shape {shape} ({size}) but the archive stores "
+    "{stored}; the file is truncated or corrupt"
+)
+CLASS_NAMES_INVALID = (
+    "predictions file {path}: class_names must be {num_classes} distinct non-empty strings, got {problem}"
+)
 CLASS_NAMES_FILE_INVALID = (
     "class names file {path} {problem}; write one class name per line, in class-id order"
 )
@@ -122,6 +163,8 @@ DUPLICATE_LABEL = (
 
 _SUFFIXES = (".npz", ".pt", ".csv")
 _KEYS = ("y_true", "y_pred", "logits", "class_names")
+_NUMERIC_KINDS = "iuf"  # signed, unsigned, floating (not bool, complex, timedelta, strings, objects)
+_HEADER_SHOWN = 12  # columns of a CSV header quoted in a message
 
 
 @dataclass
@@ -161,6 +204,10 @@ def parse_label(label: str, path: str | Path = "") -> tuple[str, int | None]:
     >>> parse_label("mr2@3"), parse_label("logreg")
     (('mr2', 3), ('logreg', None))
     """
+    if any(unicodedata.category(char) == "Cc" for char in label):
+        raise PredictionsError(
+            LABEL_INVALID.format(label=label, path=path, problem="it holds a control character")
+        )
     method, at, seed_text = label.rpartition("@") if "@" in label else (label, "", "")
     if not method.strip():
         raise PredictionsError(LABEL_INVALID.format(label=label, path=path, problem="empty method"))
@@ -178,31 +225,98 @@ def parse_label(label: str, path: str | Path = "") -> tuple[str, int | None]:
 def _split_spec(spec: str | Path) -> tuple[Path, str | None]:
     """``FILE=LABEL`` -> ``(FILE, LABEL)``; a path that exists as given has no label."""
     text = str(spec)
-    if Path(text).exists() or "=" not in text:
+    if os.path.exists(text) or "=" not in text:  # os.path: False (not an error) for a NUL or a long name
         return Path(text), None
     path, _, label = text.rpartition("=")
     return Path(path), label
 
 
-def _as_class_ids(path: Path, key: str, values: NDArray[Any]) -> NDArray[np.int64]:
+def _too_many(path: Path, what: str, num_classes: int, max_classes: int) -> PredictionsError:
+    return PredictionsError(
+        TOO_MANY_CLASSES.format(
+            path=path, what=what, limit=max_classes, size=format_bytes(confusion_bytes(num_classes))
+        )
+    )
+
+
+def _id_text(value: Any) -> str:
+    """A class id as written in a message (integral: checked before)."""
+    number = float(value) if isinstance(value, np.floating) else int(value)
+    if isinstance(number, float):
+        return str(int(number)) if abs(number) < 1e18 else f"{number:.6g}"
+    return str(number)
+
+
+def _array(path: Path, key: str, value: Any) -> NDArray[Any]:
+    """``value`` as an array; a ragged or unconvertible value is refused."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise PredictionsError(
+            WRONG_SHAPE.format(path=path, key=key, expected="an array", actual=str(error).splitlines()[0])
+        ) from error
+
+
+def _as_class_ids(path: Path, key: str, values: NDArray[Any], max_classes: int) -> NDArray[np.int64]:
     if values.ndim != 1:
         raise PredictionsError(
             WRONG_SHAPE.format(path=path, key=key, expected="[N]", actual=list(values.shape))
         )
-    if values.dtype == np.bool_ or not np.issubdtype(values.dtype, np.number):
+    if values.dtype.kind not in _NUMERIC_KINDS:
         raise PredictionsError(NOT_INTEGER.format(path=path, key=key, problem=f"dtype {values.dtype}"))
-    integral = np.all(np.isfinite(values)) and np.all(values == np.round(values))
-    if np.issubdtype(values.dtype, np.floating) and not integral:
-        raise PredictionsError(NOT_INTEGER.format(path=path, key=key, problem="fractional values"))
-    ids = values.astype(np.int64)
-    if ids.size and ids.min() < 0:
+    if values.dtype.kind == "f":
+        if not np.all(np.isfinite(values)):
+            raise PredictionsError(NOT_INTEGER.format(path=path, key=key, problem="NaN or infinite values"))
+        if not np.all(values == np.round(values)):
+            raise PredictionsError(NOT_INTEGER.format(path=path, key=key, problem="fractional values"))
+    if values.size:
+        low, high = values.min(), values.max()
+        if low < 0:
+            raise PredictionsError(
+                LABEL_OUT_OF_RANGE.format(path=path, key=key, value=_id_text(low), num_classes="K")
+            )
+        if high >= max_classes:  # compared in the file's dtype: exact for uint64 and huge floats
+            raise _too_many(path, f"{key} holds class id {_id_text(high)}", int(high) + 1, max_classes)
+    return values.astype(np.int64)
+
+
+def _class_name_list(path: Path, array: NDArray[Any], expected: int) -> list[str]:
+    """The names of ``class_names`` (a 1-D array of ``expected`` strings), distinct and non-empty."""
+    if array.ndim != 1 or array.size != expected or array.dtype.kind not in "US":
         raise PredictionsError(
-            LABEL_OUT_OF_RANGE.format(path=path, key=key, value=int(ids.min()), num_classes="K")
+            CLASS_NAMES_INVALID.format(
+                path=path, num_classes=expected, problem=f"shape {list(array.shape)} of {array.dtype}"
+            )
         )
-    return ids
+    try:
+        names = [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in array.tolist()]
+    except UnicodeDecodeError:
+        raise PredictionsError(
+            CLASS_NAMES_INVALID.format(path=path, num_classes=expected, problem="bytes that are not UTF-8")
+        ) from None
+    first_seen: dict[str, int] = {}
+    for class_id, name in enumerate(names):
+        if not name.strip():
+            raise PredictionsError(
+                CLASS_NAMES_INVALID.format(
+                    path=path, num_classes=expected, problem=f"an empty name (class {class_id})"
+                )
+            )
+        if name in first_seen:
+            raise PredictionsError(
+                CLASS_NAMES_INVALID.format(
+                    path=path,
+                    num_classes=expected,
+                    problem=f"the name {name!r} twice (classes {first_seen[name]} and {class_id})",
+                )
+            )
+        first_seen[name] = class_id
+    return names
 
 
-def _build(path: Path, data: dict[str, Any], column_names: list[str] | None = None) -> PredictionsFile:
+def _build(
+    path: Path, data: dict[str, Any], max_classes: int, column_names: list[str] | None = None
+) -> PredictionsFile:
     """Check the arrays of one file and build its :class:`PredictionsFile`."""
     if "y_true" not in data:
         raise PredictionsError(KEY_MISSING.format(path=path, key="y_true"))
@@ -210,21 +324,21 @@ def _build(path: Path, data: dict[str, Any], column_names: list[str] | None = No
         raise PredictionsError(NO_PREDICTIONS.format(path=path, keys=sorted(data)))
     if "y_pred" in data and "logits" in data:
         raise PredictionsError(BOTH_PREDICTIONS.format(path=path))
-    y_true = _as_class_ids(path, "y_true", np.asarray(data["y_true"]))
+    y_true = _as_class_ids(path, "y_true", _array(path, "y_true", data["y_true"]), max_classes)
     if y_true.size == 0:
         raise PredictionsError(EMPTY_FILE.format(path=path))
     n = y_true.shape[0]
     logits = None
     if "logits" in data:
-        scores = np.asarray(data["logits"])
+        scores = _array(path, "logits", data["logits"])
         if scores.ndim != 2 or scores.shape[0] != n or scores.shape[1] == 0:
             raise PredictionsError(
                 WRONG_SHAPE.format(path=path, key="logits", expected=f"[{n}, K]", actual=list(scores.shape))
             )
-        if not np.issubdtype(scores.dtype, np.number) or scores.dtype == np.bool_:
-            raise PredictionsError(
-                WRONG_SHAPE.format(path=path, key="logits", expected="numbers", actual=str(scores.dtype))
-            )
+        if scores.dtype.kind not in _NUMERIC_KINDS:
+            raise PredictionsError(LOGITS_NOT_REAL.format(path=path, dtype=scores.dtype))
+        if scores.shape[1] > max_classes:
+            raise _too_many(path, f"logits have {scores.shape[1]} columns", scores.shape[1], max_classes)
         logits = scores.astype(np.float64)
         bad = ~np.isfinite(logits)
         if bad.any():
@@ -235,7 +349,7 @@ def _build(path: Path, data: dict[str, Any], column_names: list[str] | None = No
             )
         y_pred = logits.argmax(axis=1).astype(np.int64)
     else:
-        y_pred = _as_class_ids(path, "y_pred", np.asarray(data["y_pred"]))
+        y_pred = _as_class_ids(path, "y_pred", _array(path, "y_pred", data["y_pred"]), max_classes)
         if y_pred.shape != y_true.shape:
             raise PredictionsError(
                 WRONG_SHAPE.format(path=path, key="y_pred", expected=f"[{n}]", actual=list(y_pred.shape))
@@ -243,25 +357,81 @@ def _build(path: Path, data: dict[str, Any], column_names: list[str] | None = No
     names = data.get("class_names", column_names)
     class_names = None
     if names is not None:
-        array = np.asarray(names)
-        expected = logits.shape[1] if logits is not None else array.size
-        if array.ndim != 1 or array.size != expected or array.dtype.kind not in "US":
-            raise PredictionsError(
-                CLASS_NAMES_INVALID.format(
-                    path=path, num_classes=expected, problem=f"shape {list(array.shape)} of {array.dtype}"
-                )
-            )
-        class_names = [str(name) for name in array.tolist()]
+        array = _array(path, "class_names", names)
+        if logits is None and array.ndim == 1 and array.size > max_classes:
+            raise _too_many(path, f"class_names hold {array.size} names", array.size, max_classes)
+        class_names = _class_name_list(path, array, logits.shape[1] if logits is not None else array.size)
     return PredictionsFile(path, y_true, y_pred, logits, class_names)
 
 
-def _read_mapping(path: Path) -> dict[str, Any]:
+def _npz_members(path: Path, max_classes: int) -> None:
+    """Check an ``.npz`` archive's keys and each array's header (shape, dtype) before loading any:
+    unknown keys, a logits width above ``max_classes`` and a shape larger than the bytes stored
+    (a few-kB file declaring terabytes) are refused without allocating."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # not a zip archive: np.load says why
+    with archive:
+        members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
+        unknown = sorted(set(members) - set(_KEYS))
+        if unknown:
+            raise PredictionsError(UNKNOWN_KEYS.format(path=path, keys=unknown))
+        for key, info in members.items():
+            try:
+                with archive.open(info) as handle:
+                    version = np.lib.format.read_magic(handle)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = read_header(handle)
+                    header_bytes = handle.tell()
+            except Exception:  # a malformed member: np.load reports it
+                continue
+            if key == "logits" and len(shape) == 2 and shape[1] > max_classes:
+                raise _too_many(path, f"logits have {shape[1]} columns", shape[1], max_classes)
+            declared = math.prod(shape) * dtype.itemsize
+            stored = max(info.file_size - header_bytes, 0)
+            if not dtype.hasobject and declared > stored:
+                raise PredictionsError(
+                    ARRAY_TRUNCATED.format(
+                        path=path,
+                        key=key,
+                        shape=list(shape),
+                        size=format_bytes(declared),
+                        stored=format_bytes(stored),
+                    )
+                )
+
+
+def _as_numpy(value: Any) -> Any:
+    """A tensor of a ``.pt`` file as a numpy array (bfloat16 widened to float32); other values as is."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    value = value.detach().cpu()
+    if value.dtype == torch.bfloat16:
+        value = value.float()
+    return value.resolve_conj().resolve_neg().numpy()
+
+
+def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
+    if path.suffix == ".npz":
+        _npz_members(path, max_classes)
     try:
         if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
+            loaded = np.load(path, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy saved under .npz
+                raise PredictionsError(NOT_A_MAPPING.format(path=path, kind="a single numpy array"))
+            with loaded as archive:
                 return {key: archive[key] for key in archive.files}
         content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # corrupt archives raise anything from zipfile, pickle or numpy
+        if isinstance(content, dict):
+            content = {str(key): _as_numpy(value) for key, value in content.items()}
+    except PredictionsError:
+        raise
+    except Exception as error:  # corrupt archives raise anything from zipfile, pickle, numpy or torch
         raise PredictionsError(
             FILE_UNREADABLE.format(
                 path=path, error=str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -269,15 +439,34 @@ def _read_mapping(path: Path) -> dict[str, Any]:
         ) from error
     if not isinstance(content, dict):
         raise PredictionsError(NOT_A_MAPPING.format(path=path, kind=type(content).__name__))
-    return {
-        str(key): value.numpy() if isinstance(value, torch.Tensor) else value
-        for key, value in content.items()
-    }
+    return content
 
 
-def _read_csv(path: Path) -> PredictionsFile:
+def _columns_text(header: Sequence[str]) -> str:
+    """A CSV header for a message (the first columns of a wide one)."""
+    if len(header) <= _HEADER_SHOWN:
+        return ",".join(header)
+    return ",".join(header[:_HEADER_SHOWN]) + f",... ({len(header)} columns)"
+
+
+def _near_miss(header: Sequence[str]) -> str:
+    """``DID_YOU_MEAN`` for the first column that looks like a misspelt y_true / y_pred, or ``""``."""
+    for column in header:
+        if column in ("y_true", "y_pred"):
+            continue
+        folded = re.sub(r"[^a-z]", "", column.lower())
+        if folded in ("ytrue", "ypred"):
+            return DID_YOU_MEAN.format(name=f"y_{folded[1:]}", column=column)
+        match = difflib.get_close_matches(column.lower(), ["y_true", "y_pred"], n=1, cutoff=0.8)
+        if match:
+            return DID_YOU_MEAN.format(name=match[0], column=column)
+    return ""
+
+
+def _read_csv(path: Path, max_classes: int) -> PredictionsFile:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first column's name.
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             rows = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise PredictionsError(FILE_UNREADABLE.format(path=path, error=error)) from error
@@ -285,8 +474,24 @@ def _read_csv(path: Path) -> PredictionsFile:
     if not rows:
         raise PredictionsError(EMPTY_FILE.format(path=path))
     header = [cell.strip() for cell in rows[0]]
+    found = _columns_text(header)
     if "y_true" not in header:
-        raise PredictionsError(COLUMN_MISSING.format(path=path))
+        raise PredictionsError(COLUMN_MISSING.format(path=path, found=found, hint=_near_miss(header)))
+    seen: set[str] = set()
+    for column in header:
+        if column in seen:
+            raise PredictionsError(COLUMN_REPEATED.format(path=path, column=column))
+        seen.add(column)
+    if "y_pred" in header:
+        if len(header) > 2:
+            unknown = [name for name in header if name not in ("y_true", "y_pred")]
+            raise PredictionsError(UNKNOWN_COLUMNS.format(path=path, columns=unknown))
+    else:
+        hint = _near_miss(header)
+        if len(header) < 3 or hint:
+            raise PredictionsError(COLUMNS_UNEXPECTED.format(path=path, found=found, hint=hint))
+        if len(header) - 1 > max_classes:
+            raise _too_many(path, f"logits have {len(header) - 1} columns", len(header) - 1, max_classes)
     body = rows[1:]
     if not body:
         raise PredictionsError(EMPTY_FILE.format(path=path))
@@ -311,42 +516,52 @@ def _read_csv(path: Path) -> PredictionsFile:
     columns = dict(zip(header, values.T, strict=True))
     y_true = columns.pop("y_true")
     if "y_pred" in columns:
-        if len(columns) > 1:
-            unknown = [name for name in header if name not in ("y_true", "y_pred")]
-            raise PredictionsError(UNKNOWN_COLUMNS.format(path=path, columns=unknown))
-        return _build(path, {"y_true": y_true, "y_pred": columns["y_pred"]})
-    if not columns:
-        raise PredictionsError(NO_PREDICTIONS.format(path=path, keys=header))
+        return _build(path, {"y_true": y_true, "y_pred": columns["y_pred"]}, max_classes)
     names = [name for name in header if name != "y_true"]
-    return _build(path, {"y_true": y_true, "logits": np.stack(list(columns.values()), axis=1)}, names)
+    scores = np.stack(list(columns.values()), axis=1)
+    return _build(path, {"y_true": y_true, "logits": scores}, max_classes, names)
 
 
-def read_predictions(path: str | Path) -> PredictionsFile:
+def _check_max_classes(max_classes: object) -> int:
+    if not is_int(max_classes) or max_classes < 1:
+        raise PredictionsError(MAX_CLASSES_INVALID.format(value=max_classes))
+    return max_classes
+
+
+def read_predictions(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES) -> PredictionsFile:
     """Read and check one predictions file (see the module docstring for the formats).
 
+    Args:
+        path: the file.
+        max_classes: the largest K the file may make (class ids below it, at most this many logits
+            columns or class names).
+
     Raises:
-        PredictionsError: the file is missing, unreadable or malformed.
+        PredictionsError: the file is missing, unreadable or malformed, or asks for more classes.
     """
+    max_classes = _check_max_classes(max_classes)
     path = Path(path)
-    if not path.is_file():
+    if not os.path.isfile(path):  # os.path: False (not an error) for a NUL byte or a too-long name
         raise PredictionsError(FILE_NOT_FOUND.format(path=path))
     if path.suffix not in _SUFFIXES:
         raise PredictionsError(FORMAT_UNKNOWN.format(path=path, suffix=path.suffix))
     if path.suffix == ".csv":
-        return _read_csv(path)
-    data = _read_mapping(path)
+        return _read_csv(path, max_classes)
+    data = _read_mapping(path, max_classes)
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise PredictionsError(UNKNOWN_KEYS.format(path=path, keys=unknown))
-    return _build(path, data)
+    return _build(path, data, max_classes)
 
 
-def read_class_names(path: str | Path) -> list[str]:
+def read_class_names(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES) -> list[str]:
     """Class names from a text file, one per line in class-id order (blank lines at the end ignored).
 
     Raises:
-        PredictionsError: the file is missing, empty or repeats a name.
+        PredictionsError: the file is missing, empty, repeats a name or holds more than
+            ``max_classes`` names.
     """
+    max_classes = _check_max_classes(max_classes)
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -361,6 +576,11 @@ def read_class_names(path: str | Path) -> list[str]:
         )
     if len(set(names)) != len(names):
         raise PredictionsError(CLASS_NAMES_FILE_INVALID.format(path=path, problem="repeats a name"))
+    if len(names) > max_classes:
+        problem = NAMES_ABOVE_LIMIT.format(
+            count=len(names), limit=max_classes, size=format_bytes(confusion_bytes(len(names)))
+        )
+        raise PredictionsError(CLASS_NAMES_FILE_INVALID.format(path=path, problem=problem))
     return names
 
 
@@ -423,6 +643,7 @@ def load_predictions(
     specs: Sequence[str | Path],
     *,
     class_names: Sequence[str] | None = None,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> list[RunRecord]:
     """Read predictions files ``FILE[=LABEL]`` as comparable runs of the report.
 
@@ -430,6 +651,8 @@ def load_predictions(
         specs: the files, each optionally followed by ``=method`` or ``=method@seed``.
         class_names: the K class names (overriding the names stored in ``.csv`` headers; ``.npz`` /
             ``.pt`` files that store names must agree with them).
+        max_classes: the largest K (see the module docstring); checked before any K x K matrix is
+            allocated.
 
     Returns:
         One :class:`RunRecord` per file (``path`` the file, no data set name, split ``test``).
@@ -437,14 +660,22 @@ def load_predictions(
     Raises:
         PredictionsError: a file is malformed, or the files disagree on the test set or the classes.
     """
+    max_classes = _check_max_classes(max_classes)
     if not specs:
         raise PredictionsError(NO_FILES)
+    if class_names is not None and len(class_names) > max_classes:
+        count = len(class_names)
+        raise PredictionsError(
+            GIVEN_NAMES_ABOVE_LIMIT.format(
+                count=count, limit=max_classes, size=format_bytes(confusion_bytes(count))
+            )
+        )
     labelled = [_split_spec(spec) for spec in specs]
     labels = [
         (path, parse_label(label, path) if label is not None else (path.stem, None))
         for path, label in labelled
     ]
-    files = [read_predictions(path) for path, _ in labelled]
+    files = [read_predictions(path, max_classes=max_classes) for path, _ in labelled]
     num_classes = _check_same_test_set(files, list(class_names) if class_names is not None else None)
     names = _class_names(files, list(class_names) if class_names is not None else None)
     for item in files:
