@@ -15,6 +15,7 @@ from mr2.tune.selection import (
     NO_PER_SAMPLE_FIGURES,
     SPLIT_SEED,
     TOO_FEW_REFERENCE_SEEDS,
+    UNEXPECTED_SEED,
     UNKNOWN_CRITERION,
     UNKNOWN_TIER_RULE,
     TuneSelectionError,
@@ -416,3 +417,18 @@ def test_with_candidates_equal_to_erm_the_split_rule_keeps_erm_at_least_as_often
     print(message)
     assert new >= old, message
     assert new - old >= 0.1, message  # regression to the mean is what the split removes: a clear gap
+
+
+def test_erm_missing_a_seed_is_said_and_a_seed_outside_the_selection_is_refused():
+    rng = np.random.default_rng(2)
+    y_true = np.repeat(np.arange(4), 30)
+    rates = {"erm": np.array([0.9, 0.8, 0.6, 0.4]), "m": np.array([0.95, 0.9, 0.8, 0.7])}
+    runs = _per_sample_runs(rng, {"erm": [0, 2], "m": [0, 1, 2]}, y_true, rates, 4)
+    choice = choose(runs, seeds=[0, 1, 2])
+    assert choice.score("erm").missing_seeds == [1] and choice.score("m").eligible
+    assert choice.score("m").missing_seeds == [] and choice.score("m").reason == ""
+    assert "ERM misses selection seed(s) [1]: its figures are over 2 seeds." in choice.explanation
+    assert choice.to_dict()["seeds"] == [0, 1, 2] and "seeds" not in choose(runs).to_dict()
+    with pytest.raises(TuneSelectionError) as error:
+        choose(runs, seeds=[0, 2])
+    assert str(error.value) == UNEXPECTED_SEED.format(run="m@1", seed=1, seeds=[0, 2])

@@ -118,6 +118,7 @@ NO_PER_SAMPLE_FIGURES = (
     "run {run} has per-class validation accuracies only; the split-half tiers need its per-sample "
     "validation predictions (ValidationFigures.from_predictions)"
 )
+UNEXPECTED_SEED = "run {run} has seed {seed}, not one of the selection seeds {seeds}"
 DUPLICATE_SEED = "candidate {label!r} has two runs with seed {seed} ({runs}); each seed once"
 BAD_PREDICTIONS = (
     "run {run}: validation y_true and y_pred must be 1-D integer arrays of the same length with "
@@ -507,7 +508,7 @@ def choose(
     reference: str = "erm",
     *,
     seeds: Sequence[int] | None = None,
-    tiers: str | None = None,
+    tiers: TierRule | None = None,
 ) -> Choice:
     """Apply the rule (module docstring) to every candidate's validation figures.
 
@@ -516,13 +517,15 @@ def choose(
             reference among them).
         criterion: one of :data:`CRITERIA`.
         reference: the label of ERM.
-        seeds: the selection seeds; a candidate without a run for each is not eligible.
+        seeds: the selection seeds; a candidate without a run for each is not eligible, a run of
+            another seed is an error.
         tiers: one of :data:`TIER_RULES`; None: ``split_half`` when every run has per-sample
             figures, else ``same_samples`` (recorded in :attr:`Choice.tier_rule`).
 
     Raises:
         TuneSelectionError: fewer than 2 finished reference runs, runs of different class counts or
-            validation labels, a seed twice in one candidate, an unknown criterion or tier rule, or
+            validation labels, a seed twice in one candidate or not among ``seeds``, an unknown
+            criterion or tier rule, or
             ``tiers="split_half"`` on figures without per-sample counts.
 
     Example:
@@ -541,6 +544,11 @@ def choose(
     if tiers is not None and tiers not in TIER_RULES:
         raise TuneSelectionError(UNKNOWN_TIER_RULE.format(value=tiers, choices=", ".join(TIER_RULES)))
     num_classes = _check(runs, reference)
+    if seeds is not None:
+        stray = next((f for group in runs.values() for f in group if f.seed not in set(seeds)), None)
+        if stray is not None:
+            raise TuneSelectionError(UNEXPECTED_SEED.format(run=stray.run, seed=stray.seed,
+                                                            seeds=list(seeds)))
     everything = [f for group in runs.values() for f in group]
     without = next((f for f in everything if not f.has_samples), None)
     if tiers == "split_half" and without is not None:
@@ -627,6 +635,9 @@ def _explain(choice: Choice, erm_score: CandidateScore) -> None:
     missing = "".join(
         f" {s.label} is not eligible: it misses selection seed(s) {s.missing_seeds}." for s in excluded
     )
+    if erm_score.missing_seeds:
+        missing += (f" {ref} misses selection seed(s) {erm_score.missing_seeds}: its figures are over "
+                    f"{len(erm_score.runs)} seeds.")
     eligible = [s for s in choice.scores if s.label != choice.reference and s.eligible]
     if not eligible:
         choice.explanation = (
