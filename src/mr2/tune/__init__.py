@@ -5,7 +5,9 @@ Modules:
     loss_spec: a candidate's loss as JSON, and back to the loss module (:func:`loss_from_spec`).
     errors: the error family (:class:`TuneInputError`, :class:`TrialError`).
     selection: the validation-only rule (:func:`choose`; it never sees a test number).
-    run: both phases as sweeps and ``recommendation.json`` (:func:`run_tune`).
+    run: both phases as sweeps of mr2's engine and ``recommendation.json`` (:func:`run_tune`).
+    trials: a trial of training code of your own (:class:`TrialPredictions`) and the per-trial store.
+    trial_tune: both phases over such trials (:func:`tune`, and ``mr2 tune --command``).
 """
 
 from __future__ import annotations
@@ -22,17 +24,23 @@ from mr2.tune.selection import (
     choose,
     read_validation,
 )
+from mr2.tune.trial_tune import TuneResult, tune
+from mr2.tune.trials import Predictions, Trial, TrialPredictions
 
 __all__ = [
     "CANDIDATE_SETS",
     "CRITERIA",
     "Candidate",
     "Choice",
+    "Predictions",
     "SpecLoss",
+    "Trial",
     "TrialError",
+    "TrialPredictions",
     "TuneInputError",
     "TuneOutcome",
     "TuneRequest",
+    "TuneResult",
     "TuneSelectionError",
     "ValidationFigures",
     "candidates",
@@ -43,4 +51,5 @@ __all__ = [
     "parse_loss_spec",
     "read_validation",
     "run_tune",
+    "tune",
 ]

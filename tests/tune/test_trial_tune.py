@@ -1,0 +1,231 @@
+"""``mr2.tune.tune`` (training code of your own) on simulated trials: the choice from validation
+predictions only, the confirmation report and verdict, resume, executors, and every bad return of a
+training function as a one-line error naming the trial."""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mr2.tune import Candidate, Predictions, TrialError, TrialPredictions, TuneInputError, tune
+from mr2.tune.selection import ValidationFigures, choose
+from mr2.tune.trial_tune import BAD_CANDIDATES, BAD_NUM_CLASSES, ENGINE_ONLY_CANDIDATE, NOT_CALLABLE
+from mr2.tune.trials import WRONG_TYPE, Y_TRUE_DIFFERS
+
+K = 6
+PER_CLASS = 60
+Y_VAL = np.repeat(np.arange(K), PER_CLASS)
+Y_TEST = np.repeat(np.arange(K), PER_CLASS)[::-1].copy()
+#: Per-class probability of a correct prediction: ERM's, and what logit_only adds on the hard classes.
+BASE = np.array([0.95, 0.9, 0.85, 0.6, 0.5, 0.4])
+LIFT = {"mr2-logit_only-c1": np.array([0.0, 0.0, 0.0, 0.2, 0.25, 0.3])}
+
+
+def _predict(y: np.ndarray, label: str, seed: int, split: str) -> np.ndarray:
+    rng = np.random.default_rng([zlib.crc32(label.encode()), seed, len(split)])
+    p = np.clip(BASE + LIFT.get(label, 0.0), 0, 1)[y]
+    return np.where(rng.random(y.size) < p, y, (y + 1) % K)
+
+
+def simulated(candidate: Candidate, seed: int) -> TrialPredictions:
+    """A training function without training: predictions drawn per (candidate, seed)."""
+    assert candidate.make_loss().spec == candidate.loss_spec()  # the loss is buildable here
+    return TrialPredictions(val=Predictions(Y_VAL, y_pred=_predict(Y_VAL, candidate.label, seed, "val")),
+                            test={"y_true": Y_TEST, "y_pred": _predict(Y_TEST, candidate.label, seed, "test")})
+
+
+def _expected_choice(seeds: list[int]):
+    runs = {}
+    for label in ("erm", "mr2-paper-c1", "mr2-logit_only-c1", "mr2-distance_1d-c1"):
+        runs[label] = [ValidationFigures.from_predictions(f"{label}@{s}", s, Y_VAL, _predict(Y_VAL, label, s, "val"), K)
+                       for s in seeds]
+    return choose(runs, seeds=seeds)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trials")
+    result = tune(simulated, num_classes=K, seeds=3, confirm_seeds=3, output_dir=out, name="sim",
+                  class_names=[f"c{k}" for k in range(K)], stream=io.StringIO())
+    return out, result
+
+
+def test_the_python_api_chooses_on_validation_and_records_report_and_verdict(tuned):
+    out, result = tuned
+    directory = out / "sim"
+    record = json.loads((directory / "recommendation.json").read_text())
+    expected = _expected_choice([0, 1, 2])
+    assert expected.recommended == "mr2-logit_only-c1"  # the simulation's lift is found
+    assert record["selection"]["recommended"] == record["label"] == expected.recommended
+    assert record["selection"]["candidates"] == [s.to_dict() for s in expected.scores]
+    assert record["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}}
+    assert record["source"] == {"kind": "python"} and record["num_classes"] == K
+    assert record["base_config"] is None and record["mr2_version"]
+    # The same fields as the engine path's record, plus loss_spec, source, num_classes, verdict.
+    engine_fields = {"method", "options", "label", "recommendation_is_erm", "criterion", "rule", "candidate_set",
+                     "selection", "confirmation", "base_config", "mr2_version", "git_commit"}
+    assert engine_fields <= set(record)
+    # Confirmation: ERM and the chosen candidate on the fresh seeds, reported from test predictions.
+    methods = record["confirmation"]["figures"]["methods"]
+    assert set(methods) == {"erm", "mr2-logit_only-c1"}
+    assert all(methods[m]["seeds"] == [3, 4, 5] for m in methods)
+    assert Path(record["confirmation"]["report"]).is_file()
+    assert ",c3," in (directory / "confirmation" / "report" / "per_class.csv").read_text()  # the class names
+    # The verdict, from the confirmation's test predictions (an independent recomputation).
+    verdict = record["verdict"]
+    hard = expected.hard_classes
+    erm_hard = [float(np.mean([(_predict(Y_TEST, "erm", s, "test") == Y_TEST)[k == Y_TEST].mean() for k in hard]))
+                for s in (3, 4, 5)]
+    assert verdict["hard_classes"] == hard and verdict["seeds"] == [3, 4, 5]
+    assert verdict["hard_tier"]["reference"] == pytest.approx(erm_hard, abs=1e-12)
+    assert verdict["outcome"] == result.verdict.outcome == "confirmed"
+    # Trials on disk in the predictions format of `mr2 report --predictions`.
+    from mr2.report.predictions import read_predictions
+
+    stored = read_predictions(directory / "trials" / "selection" / "erm" / "seed=0" / "val.npz")
+    assert np.array_equal(stored.y_true, Y_VAL) and stored.y_pred.dtype == np.int64
+
+
+def test_test_predictions_of_selection_trials_cannot_change_the_choice_and_a_rerun_resumes(tuned, capsys):
+    out, _ = tuned
+    directory = out / "sim"
+    before = (directory / "recommendation.json").read_text()
+    # Make one other candidate perfect on every selection trial's TEST split and all others worthless.
+    favoured = "mr2-paper-c1"
+    for path in (directory / "trials" / "selection").glob("*/seed=*/test.npz"):
+        label = path.parent.parent.name
+        y_pred = Y_TEST if label == favoured else (Y_TEST + 1) % K
+        np.savez(path, y_true=Y_TEST, y_pred=y_pred)
+    calls = []
+
+    def counting(candidate, seed):
+        calls.append((candidate.label, seed))
+        return simulated(candidate, seed)
+
+    tune(counting, num_classes=K, seeds=3, confirm_seeds=3, output_dir=out, name="sim",
+         class_names=[f"c{k}" for k in range(K)])
+    assert calls == []  # every trial reused
+    assert (directory / "recommendation.json").read_text() == before
+    assert capsys.readouterr().out.count("(finished earlier)") == 12 + 6
+
+
+def test_an_interrupted_tune_resumes_and_an_executor_runs_the_trials(tmp_path):
+    calls = []
+    interrupted = [True]
+
+    def failing_late(candidate, seed):
+        calls.append((candidate.label, seed))
+        if len(calls) == 5 and interrupted[0]:
+            raise RuntimeError("node lost\nout of memory")
+        return simulated(candidate, seed)
+
+    with pytest.raises(TrialError) as caught:
+        tune(failing_late, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
+             stream=io.StringIO())
+    assert str(caught.value) == "trial selection/mr2-logit_only-c1@0 failed: RuntimeError: out of memory"
+    assert len(list((tmp_path / "t" / "trials" / "selection").glob("*/seed=*/trial.json"))) == 4
+    calls.clear()
+    interrupted[0] = False
+    with ThreadPoolExecutor(2) as pool:
+        result = tune(failing_late, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
+                      executor=pool, stream=io.StringIO())
+    assert sorted(calls[:4]) == sorted([("mr2-logit_only-c1", 0), ("mr2-logit_only-c1", 1),
+                                        ("mr2-distance_1d-c1", 0), ("mr2-distance_1d-c1", 1)])
+    assert result.recommendation_file.is_file()
+    assert result.choice.recommended == _expected_choice([0, 1]).recommended
+
+
+def _returning(value):
+    def train_fn(candidate, seed):
+        return value(candidate, seed) if callable(value) else value
+
+    return train_fn
+
+
+def _split(y, **kwargs):
+    return {"y_true": y, **kwargs}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda c, s: {"val": 1}, WRONG_TYPE.format(trial="selection/erm@0", kind="dict", log="")),
+        (lambda c, s: TrialPredictions(val=_split(Y_VAL, logits=np.zeros((Y_VAL.size, K + 1))),
+                                       test=_split(Y_TEST, y_pred=Y_TEST)),
+         f"trial selection/erm@0, val split: logits have {K + 1} columns but num_classes is {K} (wrong K"),
+        (lambda c, s: TrialPredictions(val=_split(Y_VAL, y_pred=Y_VAL),
+                                       test=_split(Y_TEST, y_pred=Y_TEST + 1)),
+         f"trial selection/erm@0, test split: y_pred holds class ids from 1 to {K}, outside [0, {K}) (wrong K?)"),
+        (lambda c, s: TrialPredictions(val=_split(Y_VAL, logits=np.full((Y_VAL.size, K), np.nan)),
+                                       test=_split(Y_TEST, y_pred=Y_TEST)),
+         "trial selection/erm@0, val split: logits hold NaN or infinite values"),
+        (lambda c, s: TrialPredictions(val=_split(Y_VAL, y_pred=Y_VAL, logits=np.zeros((Y_VAL.size, K))),
+                                       test=_split(Y_TEST, y_pred=Y_TEST)),
+         "give exactly one of y_pred"),
+        (lambda c, s: TrialPredictions(val=_split(Y_VAL.astype(float), y_pred=Y_VAL),
+                                       test=_split(Y_TEST, y_pred=Y_TEST)),
+         "y_true must hold integer class ids; got dtype float64"),
+        (lambda c, s: TrialPredictions(val={"y_true": Y_VAL, "preds": Y_VAL}, test=_split(Y_TEST, y_pred=Y_TEST)),
+         "a dict of y_true and y_pred or logits is expected; got keys ['preds', 'y_true']"),
+    ],
+    ids=["wrong-type", "wrong-k-logits", "wrong-k-ids", "nan-logits", "both", "float-labels", "typo-key"],
+)
+def test_a_bad_return_of_the_first_trial_is_one_line_and_writes_nothing(tmp_path, make, message):
+    with pytest.raises(TrialError) as caught:
+        tune(_returning(make), num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path / "out", name="t",
+             stream=io.StringIO())
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "out" / "t" / "trials").exists()
+
+
+def test_y_true_differing_between_trials_names_both_trials(tmp_path):
+    def shuffled(candidate, seed):
+        result = simulated(candidate, seed)
+        if candidate.label == "mr2-paper-c1" and seed == 1:
+            return TrialPredictions(val=result.val, test={"y_true": Y_TEST[::-1], "y_pred": Y_TEST})
+        return result
+
+    with pytest.raises(TrialError) as caught:
+        tune(shuffled, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
+             stream=io.StringIO())
+    differ = int((Y_TEST[::-1] != Y_TEST).sum())
+    assert str(caught.value) == Y_TRUE_DIFFERS.format(trial="selection/mr2-paper-c1@1", split="test",
+                                                      first="selection/erm@0",
+                                                      detail=f"{differ} of {Y_TEST.size} labels differ", log="")
+    assert not (tmp_path / "t" / "trials" / "selection" / "mr2-paper-c1" / "seed=1").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_classes": 1}, BAD_NUM_CLASSES.format(maximum=100_000, value=1)),
+        ({"num_classes": 10**9}, BAD_NUM_CLASSES.format(maximum=100_000, value=10**9)),
+        ({"candidates": "all"}, "unknown candidate set 'all'"),
+        ({"candidates": [Candidate("mr2-x", "mr2")]}, BAD_CANDIDATES.format(value=[Candidate("mr2-x", "mr2")])),
+        ({"candidates": [Candidate("erm", "erm"), Candidate("jtt", "jtt")]},
+         ENGINE_ONLY_CANDIDATE.format(label="jtt", method="jtt")),
+        ({"seeds": 1}, "seeds needs at least 2 seeds"),
+        ({"seeds": 5000}, "seeds asks for 5000 seeds; at most 1000"),
+        ({"seeds": [0, 1], "confirm_seeds": [1, 2]}, "overlap in [1]"),
+        ({"name": ".."}, "is not a usable name"),
+        ({"criterion": "best"}, "unknown criterion 'best'"),
+        ({"class_names": ["a", "a", "b", "c", "d", "e"]}, "class_names must be 6 distinct non-empty strings"),
+        ({"train_fn": 3}, NOT_CALLABLE.format(kind="int")),
+        ({"executor": object()}, "executor must have submit(fn, *args)"),
+    ],
+    ids=["k-1", "k-huge", "set", "no-erm", "engine-only", "one-seed", "many-seeds", "overlap", "name", "criterion",
+         "class-names", "not-callable", "executor"],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, kwargs, message):
+    arguments = {"num_classes": K, "output_dir": tmp_path / "out", "name": "t", **kwargs}
+    train_fn = arguments.pop("train_fn", simulated)
+    with pytest.raises(TuneInputError) as caught:
+        tune(train_fn, **arguments)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "out").exists()
