@@ -2,10 +2,13 @@
 
 Each writer writes to a temporary file in the destination's directory, flushes and fsyncs it, then
 ``os.replace``s it over the destination (atomic on POSIX and Windows within one file system).
+A write that fails (disk full, read-only, permissions) raises :class:`WriteError`, an ``OSError``
+with the failure's ``errno`` and the destination as ``filename``, and leaves the previous file intact.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -18,6 +21,7 @@ from typing import IO, Any
 import torch
 
 __all__ = [
+    "WriteError",
     "append_jsonl",
     "atomic_save_torch",
     "atomic_write_bytes",
@@ -29,6 +33,33 @@ __all__ = [
 _UMASK_LOCK = threading.Lock()
 
 
+class WriteError(OSError):
+    """A file could not be written; its previous version (if any) is intact.
+
+    ``errno`` and ``strerror`` are those of the operating system's failure (``ENOSPC``, ``EFBIG``,
+    ``EROFS``, ``EACCES``, ...), ``filename`` the destination (not the temporary file).
+    """
+
+
+class _RecordingWriter:
+    """A file's ``write`` / ``flush`` that remembers the first ``OSError``: ``torch.save`` reports
+    a failed write of its buffer as a RuntimeError without the operating system's error."""
+
+    def __init__(self, handle: IO[Any]) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
 def _umask() -> int:
     """The process's umask (read by setting and restoring it, under a lock)."""
     with _UMASK_LOCK:
@@ -38,20 +69,28 @@ def _umask() -> int:
 
 
 @contextmanager
-def _atomic_file(path: str | os.PathLike[str], mode: str) -> Iterator[IO[Any]]:
+def _atomic_file(path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
     destination = Path(path)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
+    except OSError as error:
+        raise WriteError(error.errno, error.strerror, str(destination)) from error
+    writer: _RecordingWriter | None = None
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results get the run's usual mode
         with os.fdopen(fd, mode) as handle:
-            yield handle
+            writer = _RecordingWriter(handle)
+            yield writer
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, destination)
-    except BaseException:
-        if os.path.exists(tmp_name):
+    except BaseException as error:
+        with contextlib.suppress(OSError):
             os.unlink(tmp_name)
+        failure = error if isinstance(error, OSError) else writer.error if writer is not None else None
+        if failure is not None and not isinstance(error, WriteError):
+            raise WriteError(failure.errno, failure.strerror, str(destination)) from error
         raise
 
 

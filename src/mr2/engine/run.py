@@ -8,6 +8,7 @@ the directory's lock (:mod:`mr2.rundir`), finish or refuse what an earlier attem
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -23,18 +24,41 @@ from mr2.engine.fit import fit_epochs
 from mr2.engine.logger import TrainingLog
 from mr2.engine.runtime import RunError, Runtime, seed_everything
 from mr2.engine.trainer import Trainer
-from mr2.io import atomic_write_json
+from mr2.io import WriteError, atomic_write_json
 from mr2.rundir import RunDirectory, RunDirectoryError, RunLock, RunLockedError
 
-__all__ = ["RunError", "TrainingSession", "evaluate_run", "train"]
+__all__ = ["DISK_FULL", "WRITE_FAILED", "RunError", "TrainingSession", "evaluate_run", "train"]
 
 NO_BEST = (
     "{path} was trained with select: best_val but has no checkpoints/best.pt (no epoch improved the "
     "validation accuracy, or it was deleted); pass --checkpoint last"
 )
+DISK_FULL = (
+    "the disk is full (writing {file}: {reason}); the run's files are written atomically, so its last "
+    "checkpoint and results are intact: free space, then run the same command again (training "
+    "resumes from the last checkpoint)"
+)
+WRITE_FAILED = (
+    "cannot write {file} ({reason}); the run's files are written atomically, so nothing written "
+    "before is lost: make {path} writable, then run the same command again"
+)
+#: Out of space: no space, quota exceeded, file size limit (``RLIMIT_FSIZE``).
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 #: Errors that rank 0 may raise while preparing the run directory (passed on to the other ranks).
 _RUN_DIR_ERRORS = (RunDirectoryError, RunLockedError, CheckpointError, RunError)
+
+
+def _write_failure(error: OSError, run: RunDirectory) -> RunError:
+    """The one-line error of a failed write into the run directory (disk full, permissions, ...)."""
+    template = DISK_FULL if error.errno in _DISK_FULL_ERRNOS else WRITE_FAILED
+    return RunError(template.format(file=error.filename or run.path, reason=error.strerror or error,
+                                    path=run.path))
+
+
+def _is_write_failure(error: BaseException) -> bool:
+    """A failed write of a run file, or running out of space anywhere (TensorBoard's files too)."""
+    return isinstance(error, WriteError) or (isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS)
 
 
 def _probe_owner(run: RunDirectory) -> None:
@@ -64,6 +88,7 @@ class TrainingSession:
         self.runtime = Runtime.start(config)
         self.run = RunDirectory(Path(config.output_dir) / config.name)
         if self.runtime.is_main:
+            self.run.check_writable()
             _probe_owner(self.run)
             if overwrite:
                 self.run.check_overwritable()
@@ -76,11 +101,16 @@ class TrainingSession:
         self.runtime.barrier()
 
     def _open(self, overwrite: bool) -> bool:
-        self.run.lock()
+        try:
+            self.run.lock()
+        except OSError as error:
+            raise _write_failure(error, self.run) from error
         try:
             return self.run.open_for_training(config_to_dict(self.config), overwrite=overwrite)
-        except BaseException:
+        except BaseException as error:
             self.run.unlock()
+            if isinstance(error, OSError):
+                raise _write_failure(error, self.run) from error
             raise
 
     # Convenience views of the trainer's objects.
@@ -136,9 +166,11 @@ class TrainingSession:
         """
         try:
             return self._fit(stop_after_epoch)
-        except BaseException:
+        except BaseException as error:
             if self.runtime.is_main and self._staged_overwrite and self.run.locked_by_me:
                 self.run.restore_overwritten()  # the new run failed before its first checkpoint
+            if isinstance(error, OSError) and _is_write_failure(error):
+                raise _write_failure(error, self.run) from error
             raise
         finally:
             self.close()
@@ -196,6 +228,7 @@ def evaluate_run(
     ``select: best_val`` (when it exists), else ``last.pt``.
     """
     run = RunDirectory(run_dir)
+    run.check_writable(create=False)
     run.require_trained()
     config = config_from_dict(yaml.safe_load(run.config_file.read_text()))
     config.output_dir, config.name = str(run.path.parent), run.path.name
@@ -211,7 +244,7 @@ def evaluate_run(
     seed_everything(config.seed, config.deterministic)
     data = build_data(config, runtime.device)
     trainer = Trainer(config, runtime, data)
-    runtime.on_main_first(run.lock, _RUN_DIR_ERRORS)
+    runtime.on_main_first(lambda: _lock_for_writing(run), _RUN_DIR_ERRORS)
     try:
         trainer.load_model_weights(load_checkpoint(run.last_checkpoint))
         if use_best:
@@ -219,8 +252,18 @@ def evaluate_run(
         result = final_evaluation(trainer, split)
         result["checkpoint"] = "best.pt" if use_best else "last.pt"
         if runtime.is_main:
-            atomic_write_json(run.eval_file(split), result)
+            try:
+                atomic_write_json(run.eval_file(split), result)
+            except WriteError as error:
+                raise _write_failure(error, run) from error
         runtime.barrier()
         return result
     finally:
         run.unlock()
+
+
+def _lock_for_writing(run: RunDirectory) -> RunDirectory:
+    try:
+        return run.lock()
+    except OSError as error:
+        raise _write_failure(error, run) from error

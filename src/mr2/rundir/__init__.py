@@ -2,9 +2,13 @@
 
 from mr2.rundir.layout import (
     CONFIG_CHANGED,
+    DANGLING_LINK,
     NOT_A_RUN,
     NOT_A_RUN_DIRECTORY,
+    NOT_WRITABLE,
     OVERWRITTEN_DIR,
+    PARENT_NOT_A_DIRECTORY,
+    RUN_DIR_NOT_A_DIRECTORY,
     RUN_EXISTS,
     TRAINER_LOG,
     RunDirectory,
@@ -14,10 +18,14 @@ from mr2.rundir.lock import LOCK_FILE, RUN_LOCKED, RunLock, RunLockedError, lock
 
 __all__ = [
     "CONFIG_CHANGED",
+    "DANGLING_LINK",
     "LOCK_FILE",
     "NOT_A_RUN",
     "NOT_A_RUN_DIRECTORY",
+    "NOT_WRITABLE",
     "OVERWRITTEN_DIR",
+    "PARENT_NOT_A_DIRECTORY",
+    "RUN_DIR_NOT_A_DIRECTORY",
     "RUN_EXISTS",
     "RUN_LOCKED",
     "TRAINER_LOG",

@@ -33,9 +33,13 @@ from mr2.rundir.lock import LOCK_FILE, RunLock, lock_holder
 
 __all__ = [
     "CONFIG_CHANGED",
+    "DANGLING_LINK",
     "NOT_A_RUN",
     "NOT_A_RUN_DIRECTORY",
+    "NOT_WRITABLE",
     "OVERWRITTEN_DIR",
+    "PARENT_NOT_A_DIRECTORY",
+    "RUN_DIR_NOT_A_DIRECTORY",
     "RUN_EXISTS",
     "TRAINER_LOG",
     "RunDirectory",
@@ -54,6 +58,22 @@ NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.pt
 NOT_A_RUN_DIRECTORY = (
     "{path} is not a run directory of mr2: it holds {entries}, which no run writes; --overwrite would "
     "delete them, so nothing was changed: choose another run name or output_dir, or move them away"
+)
+RUN_DIR_NOT_A_DIRECTORY = (
+    "{path} exists and is not a directory, so it cannot be a run directory; choose another run name "
+    "or output_dir, or move it away"
+)
+PARENT_NOT_A_DIRECTORY = (
+    "{parent} is a file, not a directory, so run directory {path} cannot be created; choose another "
+    "output_dir"
+)
+DANGLING_LINK = (
+    "{link} is a symbolic link to {target}, which does not exist; create the directory it points to "
+    "or remove the link"
+)
+NOT_WRITABLE = (
+    "cannot write in {directory} ({reason}), so run directory {path} cannot be used; make it writable "
+    "or choose another output_dir"
 )
 
 #: Where ``--overwrite`` keeps the previous run until the new one has its first checkpoint.
@@ -178,6 +198,38 @@ class RunDirectory:
     def has_run_files(self) -> bool:
         """Whether anything a trainer writes is there (config aside): metrics, results, checkpoints."""
         return any(p.exists() for p in (self.metrics, self.final, self.last_checkpoint, self.tensorboard))
+
+    def check_writable(self, *, create: bool = True) -> None:
+        """Raise :class:`RunDirectoryError` when the operating system would refuse the run's files:
+        the path (or a directory on the way to it) is a file or a dangling symbolic link, or the
+        directory to write in (the run directory, or where it would be created) is not writable.
+
+        Read-only: called before the data is built, so such a run fails at once with nothing
+        written. ``create=False`` (``mr2 eval``): a missing directory is left to the caller.
+        """
+        path = self.path
+        if path.is_symlink() and not path.exists():
+            raise RunDirectoryError(DANGLING_LINK.format(link=path, target=os.readlink(path)))
+        if path.exists():
+            if not path.is_dir():
+                raise RunDirectoryError(RUN_DIR_NOT_A_DIRECTORY.format(path=path))
+            directory = path
+        elif not create:
+            return
+        else:
+            directory = path.parent
+            while not directory.exists():
+                if directory.is_symlink():
+                    raise RunDirectoryError(
+                        DANGLING_LINK.format(link=directory, target=os.readlink(directory))
+                    )
+                directory = directory.parent
+            if not directory.is_dir():
+                raise RunDirectoryError(PARENT_NOT_A_DIRECTORY.format(parent=directory, path=path))
+        if not os.access(directory, os.W_OK | os.X_OK):
+            read_only = os.statvfs(directory).f_flag & os.ST_RDONLY
+            reason = "read-only file system" if read_only else "permission denied"
+            raise RunDirectoryError(NOT_WRITABLE.format(directory=directory, reason=reason, path=path))
 
     # ------------------------------------------------------------------- lock
     def lock(self) -> RunDirectory:
