@@ -432,3 +432,17 @@ def test_erm_missing_a_seed_is_said_and_a_seed_outside_the_selection_is_refused(
     with pytest.raises(TuneSelectionError) as error:
         choose(runs, seeds=[0, 2])
     assert str(error.value) == UNEXPECTED_SEED.format(run="m@1", seed=1, seeds=[0, 2])
+
+
+def test_the_confirmation_tiers_are_ranked_on_all_of_erms_validation_samples_under_every_criterion():
+    rng = np.random.default_rng(3)
+    y_true = np.repeat(np.arange(7), 12)
+    rates = {label: rng.uniform(0.3, 0.95, size=7) for label in ("erm", "a")}
+    runs = _per_sample_runs(rng, {"erm": [0, 1, 2], "a": [0, 1, 2]}, y_true, rates, 7)
+    mean = [sum(f.per_class_accuracy[k] for f in runs["erm"]) / 3 for k in range(7)]
+    expected = _hard_oracle(mean)
+    for criterion in ("hard_tier", "worst_class", "overall"):
+        choice = choose(runs, criterion)
+        assert sorted(choice.hard_classes) == sorted(expected)
+        assert choice.to_dict()["hard_tier_classes"] == choice.hard_classes
+        assert choice.tier_rule == ("split_half" if criterion == "hard_tier" else "")

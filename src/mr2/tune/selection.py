@@ -352,8 +352,8 @@ class Choice:
         reference: ERM's label.
         scores: every candidate's :class:`CandidateScore`, ERM first.
         tiers: tier index of each class by ERM's mean per-class accuracy on all its validation
-            samples (-1: no validation sample); the confirmation's test hard tier is the last tier.
-            [] unless ``hard_tier``.
+            samples (-1: no validation sample), under every criterion; the confirmation's test hard
+            tier is the last tier (:attr:`hard_classes`).
         best: the best eligible non-reference candidate (None if there is none).
         margin: how much the best one's score beats ERM's (NaN without one).
         threshold: what it had to beat (ERM's seed standard error of the score).
@@ -478,7 +478,7 @@ def _masked_mean(values: NDArray[np.float64], mask: NDArray[np.bool_]) -> NDArra
     return np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
 
 
-def _check(runs: Mapping[str, Sequence[ValidationFigures]], reference: str) -> int:
+def _check(runs: Mapping[str, Sequence[ValidationFigures]], reference: str) -> None:
     erm = list(runs.get(reference, []))
     if len(erm) < 2:
         raise TuneSelectionError(TOO_FEW_REFERENCE_SEEDS.format(count=len(erm)))
@@ -499,7 +499,6 @@ def _check(runs: Mapping[str, Sequence[ValidationFigures]], reference: str) -> i
                     first = figures
                 elif figures.labels_digest != first.labels_digest:
                     raise TuneSelectionError(LABELS_DIFFER.format(run=figures.run, first=first.run))
-    return num_classes
 
 
 def choose(
@@ -543,7 +542,7 @@ def choose(
         raise TuneSelectionError(UNKNOWN_CRITERION.format(value=criterion, choices=", ".join(CRITERIA)))
     if tiers is not None and tiers not in TIER_RULES:
         raise TuneSelectionError(UNKNOWN_TIER_RULE.format(value=tiers, choices=", ".join(TIER_RULES)))
-    num_classes = _check(runs, reference)
+    _check(runs, reference)
     if seeds is not None:
         stray = next((f for group in runs.values() for f in group if f.seed not in set(seeds)), None)
         if stray is not None:
@@ -565,14 +564,14 @@ def choose(
 
     given = None if seeds is None else [int(s) for s in seeds]
     choice = Choice(criterion, reference, reference, [], seeds=given)
-    hard_full = np.zeros(num_classes, dtype=bool)
+    # The tiers on all of ERM's validation samples: the hard tier of the previous rule, and of the
+    # confirmation's test figures under every criterion.
+    per_class_erm = np.array([f.per_class_accuracy for f in erm], dtype=np.float64).T  # [K, R]
+    full_tiers = _tiers(_masked_mean(per_class_erm, np.ones(per_class_erm.shape, dtype=bool)))
+    choice.tiers = [int(t) for t in full_tiers]
+    hard_full = _hard(full_tiers)
     if criterion == "hard_tier":
         choice.tier_rule = rule
-        per_class_erm = np.array([f.per_class_accuracy for f in erm], dtype=np.float64).T  # [K, R]
-        full = _masked_mean(per_class_erm, np.ones(per_class_erm.shape, dtype=bool))
-        full_tiers = _tiers(full)
-        choice.tiers = [int(t) for t in full_tiers]
-        hard_full = _hard(full_tiers)
     if split:
         # erm_half[h, k]: ERM's mean accuracy of class k on half h; the NaN pattern is the same for
         # every run (same labels), so the mean needs no NaN handling.

@@ -126,6 +126,8 @@ def choice_text(choice: Choice) -> str:
             "Hard tier: ranked and scored on the same validation samples (per-sample predictions "
             "unavailable), which flatters the candidates against ERM."
         )
+    parts.append("Hard classes of the confirmation's test hard tier (ranked on all of ERM's validation "
+                 f"samples): {', '.join(str(k) for k in choice.hard_classes)}.")
     parts.append(_size_line(choice))
     warning = size_warning(choice)
     if warning:
