@@ -228,6 +228,7 @@ def evaluate_run(
     ``select: best_val`` (when it exists), else ``last.pt``.
     """
     run = RunDirectory(run_dir)
+    run.recover_overwrite()
     run.check_writable(create=False)
     run.require_trained()
     config = config_from_dict(yaml.safe_load(run.config_file.read_text()))

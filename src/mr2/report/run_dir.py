@@ -3,7 +3,8 @@
 A run directory holds at least ``config.yaml`` (the resolved configuration) and ``final.json`` (the
 final evaluation, whose presence means the run finished); ``metrics.jsonl`` (one JSON object per
 epoch) is optional. :func:`load_run` reads one, :func:`load_runs` reads several and checks that they
-can be compared (same data set, class count, class names, split and test set).
+can be compared (same data set, class count, class names, split and test set). A run directory left
+by a killed ``--overwrite`` is put back first (:meth:`mr2.rundir.RunDirectory.recover_overwrite`).
 
 Every problem raises :class:`RunDirectoryError` with one of the message constants below, naming the
 directory and saying how to fix it.
@@ -26,6 +27,8 @@ from mr2.checks import is_int
 from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError, RunDirectoryError
 from mr2.report.validation import validate_confusion
+from mr2.rundir import RunDirectory as _RunFiles
+from mr2.rundir import RunDirectoryError as _RunFilesError
 
 __all__ = ["SUPPORTED_FORMAT_VERSIONS", "RunRecord", "check_comparable", "load_run", "load_runs"]
 
@@ -261,6 +264,10 @@ def load_run(path: str | Path) -> RunRecord:
         raise RunDirectoryError(RUN_DIR_NOT_FOUND.format(path=path))
     if not path.is_dir():
         raise RunDirectoryError(RUN_DIR_NOT_A_DIRECTORY.format(path=path))
+    try:
+        _RunFiles(path).recover_overwrite()  # a killed --overwrite: the previous run back in place
+    except _RunFilesError as error:
+        raise RunDirectoryError(str(error)) from error
     if not (path / "config.yaml").is_file():
         raise RunDirectoryError(CONFIG_MISSING.format(path=path))
     if not (path / "final.json").is_file():

@@ -29,7 +29,7 @@ import yaml
 
 from mr2.config.diff import RESUMABLE_KEYS, config_differences
 from mr2.io import atomic_write_text
-from mr2.rundir.lock import LOCK_FILE, RunLock, lock_holder
+from mr2.rundir.lock import LOCK_FILE, RunLock, RunLockedError, lock_holder
 
 __all__ = [
     "CONFIG_CHANGED",
@@ -37,6 +37,8 @@ __all__ = [
     "NOT_A_RUN",
     "NOT_A_RUN_DIRECTORY",
     "NOT_WRITABLE",
+    "OVERWRITE_IN_PROGRESS",
+    "OVERWRITE_NOT_RESTORED",
     "OVERWRITTEN_DIR",
     "PARENT_NOT_A_DIRECTORY",
     "RUN_DIR_NOT_A_DIRECTORY",
@@ -74,6 +76,16 @@ DANGLING_LINK = (
 NOT_WRITABLE = (
     "cannot write in {directory} ({reason}), so run directory {path} cannot be used; make it writable "
     "or choose another output_dir"
+)
+OVERWRITE_IN_PROGRESS = (
+    "run directory {path} is being overwritten by process {pid}: the previous run is kept in {staged} "
+    "until the new run writes its first checkpoint (and put back if the new run fails first); wait "
+    "for that process to end (or stop it: kill {pid}), then try again"
+)
+OVERWRITE_NOT_RESTORED = (
+    "{path} holds an interrupted --overwrite: the previous run is in {staged} and could not be put "
+    "back ({error}); make {path} writable and try again, or restore it by hand: delete the other "
+    "entries of {path} (not .lock) and move the entries of {staged} up into {path}"
 )
 
 #: Where ``--overwrite`` keeps the previous run until the new one has its first checkpoint.
@@ -402,6 +414,34 @@ class RunDirectory:
             else:
                 self.restore_overwritten()
         self.remove_temporary_files()
+
+    def recover_overwrite(self) -> bool:
+        """For a reader (``mr2 eval``, ``mr2 report``): finish what a killed ``--overwrite`` left,
+        as the next ``mr2 train`` would (:meth:`recover`), holding the lock only meanwhile.
+
+        Returns whether there was a staged overwrite. Raises :class:`RunDirectoryError` saying where
+        the previous run is when it cannot: another process holds the lock
+        (:data:`OVERWRITE_IN_PROGRESS`) or the files cannot be moved (:data:`OVERWRITE_NOT_RESTORED`).
+        """
+        if not self.overwritten.is_dir():
+            return False
+        held = self.locked_by_me
+        try:
+            if not held:
+                self._lock.acquire()
+            self.recover()
+        except RunLockedError:
+            raise RunDirectoryError(OVERWRITE_IN_PROGRESS.format(
+                path=self.path, pid=self.holder() or "unknown", staged=self.overwritten
+            )) from None
+        except OSError as error:
+            raise RunDirectoryError(OVERWRITE_NOT_RESTORED.format(
+                path=self.path, staged=self.overwritten, error=error.strerror or error
+            )) from error
+        finally:
+            if not held:
+                self._lock.release()
+        return True
 
     def _require_lock(self) -> None:
         if not self._lock.held:
