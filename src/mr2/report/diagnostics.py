@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from mr2.report.accuracy import confusion_accuracy
+from mr2.report.csv_cells import csv_row
 from mr2.report.exceptions import ReportError
 from mr2.report.run_dir import RunRecord
 from mr2.report.serialization import json_safe
@@ -132,11 +133,11 @@ class ClassDiagnostics:
         table = self.columns()
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(list(table))
+        writer.writerow(csv_row(table))
         cells = [
             [_csv_cell(v) for v in column.tolist()] for column in table.values()
         ]
-        writer.writerows(zip(*cells, strict=True))
+        writer.writerows(csv_row(row) for row in zip(*cells, strict=True))
         return buffer.getvalue()
 
     def to_dict(self) -> dict[str, Any]:

@@ -93,32 +93,24 @@ def html_table(table: Table, *, table_id: str | None = None, sortable: bool = Fa
 
 
 def _comparison_section(comparison: Comparison) -> str:
+    # User text (the reference's label, the tiers' names) is escaped on its own, never passed
+    # through _markup: a label holding ** or backticks must not become tags.
     tiers = comparison.tiers
     sizes = ", ".join(f"{name} {size}" for name, size in zip(tiers.names, tiers.sizes, strict=True))
+    reference = html.escape(comparison.reference, quote=False)
     parts = [
-        "<p>"
-        + _markup(
-            f"Reference method: **{comparison.reference}**. Tiers ranked by {tiers.ranked_by}; "
-            f"classes per tier: {sizes}. Accuracies in %, mean ± std over seeds."
-        )
-        + "</p>",
+        f"<p>Reference method: <strong>{reference}</strong>. Tiers ranked by "
+        f"{html.escape(tiers.ranked_by, quote=False)}; classes per tier: {html.escape(sizes, quote=False)}. "
+        "Accuracies in %, mean ± std over seeds.</p>",
         html_table(summary_table(comparison), table_id="summary"),
     ]
     if len(comparison.methods) > 1:
         parts += [
-            "<p>"
-            + _markup(
-                f"Difference to {comparison.reference} in percentage points (paired t-test over "
-                f"seeds; * marks p < {comparison.alpha:g}, no multiple-comparison correction):"
-            )
-            + "</p>",
+            f"<p>Difference to {reference} in percentage points (paired t-test over seeds; * marks "
+            f"p &lt; {comparison.alpha:g}, no multiple-comparison correction):</p>",
             html_table(difference_table(comparison), table_id="difference"),
-            "<p>"
-            + _markup(
-                f"Per-class sign test against {comparison.reference} (per-class accuracy averaged "
-                "over seeds; exact binomial test, ties dropped):"
-            )
-            + "</p>",
+            f"<p>Per-class sign test against {reference} (per-class accuracy averaged over seeds; "
+            "exact binomial test, ties dropped):</p>",
             html_table(sign_table(comparison), table_id="sign-test"),
         ]
     return "\n".join(parts)
@@ -163,8 +155,8 @@ def report_html(
         )
     return template.substitute(
         title=html.escape(f"Class-wise disparity report: {overview_line(comparison)}"),
-        overview=_markup(overview_line(comparison)),
-        missing=f"<p>{_markup(missing)}</p>" if missing else "",
+        overview=html.escape(overview_line(comparison), quote=False),
+        missing=f"<p>{html.escape(missing, quote=False)}</p>" if missing else "",
         runs=html_table(run_list_table(comparison), table_id="runs"),
         comparison=_comparison_section(comparison),
         tier_note=_markup(TIER_NOTE),

@@ -1,4 +1,8 @@
-"""report.md: the comparison tables, bootstrap intervals, diagnostics and plots on one page."""
+"""report.md: the comparison tables, bootstrap intervals, diagnostics and plots on one page.
+
+Every piece of user text it shows (method labels, run, class, tier and data-set names, paths) goes
+through :func:`mr2.report.tables.escape_markdown`: a label cannot inject markdown or HTML.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from mr2.report.tables import (
     bootstrap_table,
     comparison_markdown,
     diagnostics_table,
+    escape_markdown,
     markdown_table,
     run_list_table,
 )
@@ -89,9 +94,9 @@ def report_markdown(
     lines = [
         "# Class-wise disparity report",
         "",
-        overview_line(comparison),
+        escape_markdown(overview_line(comparison)),
         "",
-        *([missing, ""] if missing else []),
+        *([escape_markdown(missing), ""] if missing else []),
         *markdown_table(run_list_table(comparison)),
         "",
         "## Comparison",
@@ -115,7 +120,7 @@ def report_markdown(
     if plots:
         lines += ["## Plots", ""]
         for plot in plots:
-            lines += [f"![{plot.caption}]({plot.png.as_posix()})", ""]
+            lines += [f"![{escape_markdown(plot.caption)}]({plot.png.as_posix()})", ""]
     lines += [
         "Files: comparison.csv, runs.csv, per_class.csv and report.json hold the same figures as "
         "fractions (not percent).",

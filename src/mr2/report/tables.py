@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from mr2.report.comparison import Comparison
+from mr2.report.csv_cells import csv_row
 from mr2.report.diagnostics import CLASS_STATISTICS, ClassDiagnostics
 from mr2.report.statistics import RankCorrelation, mean_std
 
@@ -29,6 +32,7 @@ __all__ = [
     "comparison_markdown",
     "diagnostics_table",
     "difference_table",
+    "escape_markdown",
     "format_p",
     "format_percent",
     "markdown_table",
@@ -99,21 +103,45 @@ def _mean_std_cell(mean: float, std: float) -> Cell:
     return Cell(text, _value(mean))
 
 
-def _escape_markdown(text: str) -> str:
-    return text.replace("|", "\\|")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
+_HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` (a method label, run, class or data-set name) as literal markdown inline text.
+
+    Markdown's inline markup characters (backslash, backtick, ``*``, ``_``, brackets, ``|``, ``~``,
+    ``$``) are backslash-escaped, ``&``, ``<`` and ``>`` become HTML entities (no raw HTML reaches a
+    renderer), and line breaks and other control characters become spaces (a table row stays one
+    line).
+
+    >>> escape_markdown("**a|b** <i>")
+    '\\\\*\\\\*a\\\\|b\\\\*\\\\* &lt;i&gt;'
+    """
+    text = "".join(" " if unicodedata.category(char) == "Cc" else char for char in text)
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return "".join(_HTML_SPECIAL.get(char, char) for char in text)
 
 
 def markdown_table(table: Table) -> list[str]:
-    """The table as markdown lines (header, alignment row, one line per row).
+    """The table as markdown lines (header, alignment row, one line per row). Headers and cells that
+    show a name (a string value) are escaped with :func:`escape_markdown`.
 
-    >>> markdown_table(Table(["method", "n"], ["left", "right"], [[Cell("erm"), Cell("3", 3)]]))
+    >>> markdown_table(Table(["method", "n"], ["left", "right"], [[Cell("erm", "erm"), Cell("3", 3)]]))
     ['| method | n |', '|---|---:|', '| erm | 3 |']
     """
     separator = "|" + "".join("---:|" if a == "right" else "---|" for a in table.align)
     return [
-        "| " + " | ".join(_escape_markdown(h) for h in table.headers) + " |",
+        "| " + " | ".join(escape_markdown(h) for h in table.headers) + " |",
         separator,
-        *("| " + " | ".join(cell.text for cell in row) + " |" for row in table.rows),
+        *(
+            "| "
+            + " | ".join(
+                escape_markdown(cell.text) if isinstance(cell.value, str) else cell.text for cell in row
+            )
+            + " |"
+            for row in table.rows
+        ),
     ]
 
 
@@ -187,21 +215,22 @@ def comparison_markdown(comparison: Comparison) -> str:
     """The comparison tables (percent / percentage points) as markdown."""
     tiers = comparison.tiers
     sizes = ", ".join(f"{name} {size}" for name, size in zip(tiers.names, tiers.sizes, strict=True))
+    reference = escape_markdown(comparison.reference)
     lines = [
-        f"Reference method: **{comparison.reference}**. Tiers ranked by {tiers.ranked_by}; "
-        f"classes per tier: {sizes}. Accuracies in %, mean ± std over seeds.",
+        f"Reference method: **{reference}**. Tiers ranked by {escape_markdown(tiers.ranked_by)}; "
+        f"classes per tier: {escape_markdown(sizes)}. Accuracies in %, mean ± std over seeds.",
         "",
         *markdown_table(summary_table(comparison)),
     ]
     if len(comparison.methods) > 1:
         lines += [
             "",
-            f"Difference to {comparison.reference} in percentage points (paired t-test over seeds; "
+            f"Difference to {reference} in percentage points (paired t-test over seeds; "
             f"`*` marks p < {comparison.alpha:g}, no multiple-comparison correction):",
             "",
             *markdown_table(difference_table(comparison)),
             "",
-            f"Per-class sign test against {comparison.reference} (per-class accuracy averaged over "
+            f"Per-class sign test against {reference} (per-class accuracy averaged over "
             "seeds; exact binomial test, ties dropped):",
             "",
             *markdown_table(sign_table(comparison)),
@@ -333,8 +362,8 @@ def per_class_csv(comparison: Comparison) -> str:
         column[:] = [_csv_cell(v) for v in column]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(zip(*columns, strict=True))
+    writer.writerow(csv_row(header))
+    writer.writerows(csv_row(row) for row in zip(*columns, strict=True))
     return buffer.getvalue()
 
 
@@ -347,17 +376,19 @@ def comparison_csv(comparison: Comparison) -> str:
         for key, _ in comparison.metrics:
             test = summary.paired.get(key)
             writer.writerow(
-                [
-                    summary.method,
-                    key,
-                    int((~np.isnan(summary.values[key])).sum()),
-                    _csv_cell(summary.mean[key]),
-                    _csv_cell(summary.std[key]),
-                    _csv_cell(summary.difference[key]),
-                    _csv_cell(test.statistic) if test else "",
-                    _csv_cell(test.pvalue) if test else "",
-                    test.num_pairs if test else "",
-                ]
+                csv_row(
+                    [
+                        summary.method,
+                        key,
+                        int((~np.isnan(summary.values[key])).sum()),
+                        _csv_cell(summary.mean[key]),
+                        _csv_cell(summary.std[key]),
+                        _csv_cell(summary.difference[key]),
+                        _csv_cell(test.statistic) if test else "",
+                        _csv_cell(test.pvalue) if test else "",
+                        test.num_pairs if test else "",
+                    ]
+                )
             )
     return buffer.getvalue()
 
@@ -371,7 +402,7 @@ def runs_csv(comparison: Comparison) -> str:
         header.append(key)
         if comparison.bootstrap:
             header += [f"{key}_low", f"{key}_high"]
-    writer.writerow(header)
+    writer.writerow(csv_row(header))
     for summary in comparison.methods:
         for run, report in zip(summary.runs, summary.reports, strict=True):
             values = report.summary()
@@ -381,5 +412,5 @@ def runs_csv(comparison: Comparison) -> str:
                 if comparison.bootstrap:
                     interval = comparison.bootstrap[run.name][key]
                     row += [_csv_cell(interval.low), _csv_cell(interval.high)]
-            writer.writerow(row)
+            writer.writerow(csv_row(row))
     return buffer.getvalue()
