@@ -24,7 +24,8 @@ BAD = [
     ("a\x7fb", "it contains a control character"),
     (" run", "it begins or ends with whitespace"),
     ("run ", "it begins or ends with whitespace"),
-    ("x" * (MAX_NAME_LENGTH + 1), f"it is longer than {MAX_NAME_LENGTH} characters"),
+    ("x" * (MAX_NAME_LENGTH + 1), f"it is longer than {MAX_NAME_LENGTH} bytes in UTF-8"),
+    ("\U0001F600" * 51, f"it is longer than {MAX_NAME_LENGTH} bytes in UTF-8"),  # 204 bytes
 ]
 
 
@@ -37,7 +38,7 @@ def test_bad_names_are_refused_with_the_problem(name, problem):
     assert "\n" not in str(caught.value)  # one line, even for a name holding a newline
 
 
-@pytest.mark.parametrize("name", ["run", "erm-seed0", "mr2.c_bar=0.5", "a b", "x" * MAX_NAME_LENGTH, "...", "é"])
+@pytest.mark.parametrize("name", ["run", "erm-seed0", "mr2.c_bar=0.5", "a b", "x" * MAX_NAME_LENGTH, "\U0001F600" * 50, "...", "é"])
 def test_good_names_pass_unchanged(name):
     assert check_name(name, "name") == name
 

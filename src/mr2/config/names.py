@@ -4,7 +4,8 @@ A name is one entry of its parent directory, created, overwritten and deleted by
 reach anywhere else: not ``.`` or ``..`` (``name: .`` with ``--overwrite`` once staged and deleted
 every sibling run), no path separator, no control character (a newline breaks logs and one-line
 errors), no leading or trailing whitespace (invisible in listings), at most :data:`MAX_NAME_LENGTH`
-characters (file systems allow 255 bytes per entry; the sweep appends suffixes).
+bytes in UTF-8 (file systems allow 255 bytes per entry; files named after a run, such as a sweep's
+``configs/<name>.yaml`` and its temporary copy, add a few).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from mr2.config.errors import ConfigError
 
 __all__ = ["BAD_NAME", "MAX_NAME_LENGTH", "check_name"]
 
-#: The longest name accepted.
+#: The longest name accepted, in bytes of UTF-8 (200 ASCII characters).
 MAX_NAME_LENGTH = 200
 
 BAD_NAME = (
     "{what} {value} is not a usable name: {problem}; a name becomes a directory, so use 1 to "
-    f"{MAX_NAME_LENGTH} characters without '/', '\\', control characters or surrounding spaces, "
+    f"{MAX_NAME_LENGTH} bytes (UTF-8) without '/', '\\', control characters or surrounding spaces, "
     "other than '.' and '..' (e.g. erm-seed0)"
 )
 _SHOWN = 60
@@ -34,8 +35,8 @@ def _problem(value: Any) -> str | None:
         return "it is empty"
     if value in (".", ".."):
         return "'.' and '..' name directories, not runs"
-    if len(value) > MAX_NAME_LENGTH:
-        return f"it is longer than {MAX_NAME_LENGTH} characters"
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_LENGTH:
+        return f"it is longer than {MAX_NAME_LENGTH} bytes in UTF-8"
     if "/" in value or "\\" in value:
         return "it contains a path separator"
     if any(unicodedata.category(c) == "Cc" for c in value):
