@@ -39,7 +39,8 @@ class FashionMR2(pl.LightningModule):
     def __init__(self, class_names: list[str], tiny: bool, lr: float, tiers: TierSplit | None) -> None:
         super().__init__()
         num_classes = len(class_names)
-        self.model = SmallCNN(num_classes, channels=(8, 16, 16), hidden_dim=32) if tiny else SmallCNN(num_classes)
+        tiny_size = {"channels": (8, 16, 16), "hidden_dim": 32} if tiny else {}
+        self.model = SmallCNN(num_classes, **tiny_size)
         # On the module: in every checkpoint, moved by .to(), all-reduced across ddp ranks.
         self.criterion = MR2Loss(num_classes, feature_dim=self.model.feature_dim, pairs="global")
         self.val_disparity = ClasswiseDisparity(num_classes, class_names=class_names, tiers=tiers)
@@ -127,8 +128,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     trainer.fit(module, train, test, ckpt_path=args.resume)
     if trainer.is_global_zero:
-        shown = {k: round(float(v), 4) for k, v in trainer.logged_metrics.items() if "class_accuracy/" not in k}
-        print(shown)
+        logged = trainer.logged_metrics.items()
+        print({k: round(float(v), 4) for k, v in logged if "class_accuracy/" not in k})
     return {"logged": {k: float(v) for k, v in trainer.logged_metrics.items()},
             "statistics": module.criterion.statistics.state_dict(),
             "log_dir": Path(trainer.logger.log_dir) if trainer.logger else None,

@@ -31,7 +31,7 @@ MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training pixel statistics
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", default=None, help="Fashion-MNIST IDX files (default: the system copy)")
+    parser.add_argument("--data-root", default=None, help="Fashion-MNIST files (default: system copy)")
     parser.add_argument("--steps", type=int, default=300, help="optimiser steps")
     parser.add_argument("--batch-size", type=int, default=128, help="samples per optimiser step")
     parser.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per step")
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if step % 50 == 0 or step == args.steps - 1:
             parts = criterion.parts
             assert parts is not None
-            print(f"step {step:4d}  loss {parts.total.item():.4f}  "
-                  f"temperatures {parts.temperatures.min().item():.3f}..{parts.temperatures.max().item():.3f}")
+            low, high = parts.temperatures.min().item(), parts.temperatures.max().item()
+            print(f"step {step:4d}  loss {parts.total.item():.4f}  temperatures {low:.3f}..{high:.3f}")
 
     model.eval()
     criterion.eval()
