@@ -109,10 +109,10 @@ def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the sweep. Exit code 0: all runs finished and the report was written; 1: some run
-    failed or is running in another process (the others ran; the report covers them); 2: invalid
-    input; 128 + the signal's number when stopped by a signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP),
-    after stopping its trainers."""
+    """Run the sweep. Exit code 0: all runs finished (here, or in another process the sweep waited
+    for) and the report was written; 1: some run failed (the others ran; the report covers them);
+    2: invalid input or an operating-system error; 128 + the signal's number when stopped by a
+    signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), after stopping its trainers."""
 
 
     from mr2.config import ConfigError, load_yaml

@@ -19,7 +19,7 @@ from mr2.sweep.launcher import check_launcher_available
 from mr2.sweep.plan import RunPoint, plan_sweep
 from mr2.sweep.processes import config_path, train_command, write_config
 from mr2.sweep.report import SweepReport, selection_summary, write_sweep_report
-from mr2.sweep.runner import RunOutcome, run_points
+from mr2.sweep.runner import FINISHED_ELSEWHERE, RunOutcome, run_points
 from mr2.sweep.selection import SelectionError
 from mr2.sweep.spec import SweepSpec, SweepSpecError
 
@@ -38,7 +38,8 @@ class SweepResult:
     Attributes:
         spec: the sweep.
         points: its planned runs.
-        outcomes: one per point (done, skipped, running elsewhere or failed).
+        outcomes: one per point (done, skipped: finished earlier or by another process while the
+            sweep waited, running elsewhere: held by this process or left to Slurm, or failed).
         report: the report (None if it was not requested or could not be written).
         report_error: why the report could not be written ("" otherwise).
     """
@@ -221,9 +222,12 @@ def run_sweep(
             if summary:
                 print("\nselected on the validation split:\n" + textwrap.indent(summary, "  "), file=out)
     done = sum(o.status == "done" for o in outcomes)
-    skipped = sum(o.status == "skipped" for o in outcomes)
+    elsewhere = sum(o.status == "skipped" and o.message == FINISHED_ELSEWHERE for o in outcomes)
+    skipped = sum(o.status == "skipped" for o in outcomes) - elsewhere
     print(
-        f"\n{done} run(s) trained, {skipped} skipped (finished earlier), {len(result.failed)} failed"
+        f"\n{done} run(s) trained, {skipped} skipped (finished earlier)"
+        + (f", {elsewhere} finished by another process" if elsewhere else "")
+        + f", {len(result.failed)} failed"
         + (f", {len(result.elsewhere)} running in another process (not started again)" if result.elsewhere
            else "") + ".",
         file=out,

@@ -5,11 +5,19 @@ For every point the runner
 1. writes the resolved configuration to ``<sweep_dir>/configs/<name>.yaml``;
 2. skips the point if its run directory holds ``final.json`` with the same configuration (a finished
    run with a different configuration is reported as a failure: delete it or change the sweep);
-3. leaves it alone if another process owns its run directory (its lock is held: another sweep or
-   ``mr2 train`` is training it), reporting it as ``running``;
+3. if another process owns its run directory (its lock is held: another sweep or ``mr2 train`` is
+   training it), waits for that process to let go of it, after the runs it can train itself, then
+   uses the result: finished there, it is ``skipped`` ("finished by another process"); not finished
+   (that process was stopped), the sweep trains it itself. A lock held by the sweep's own process
+   (a library caller holding :class:`~mr2.rundir.RunLock`) cannot be waited for: that run is
+   reported as ``running`` and left alone;
 4. otherwise trains it in a separate process (:mod:`mr2.sweep.processes`), the equivalent of
    ``mr2 train --config <that file>``, which resumes from ``checkpoints/last.pt`` when a previous
-   attempt was interrupted.
+   attempt was interrupted. When that trainer fails because another process took the run between
+   the check and the start (two sweeps of the same spec at once), the run is not a failure: the
+   sweep re-checks the lock and ``final.json`` and goes back to step 3. The trainer's exit code is
+   not parsed: a failed trainer counts as having lost that race only when another process holds
+   the lock, or the run has finished, once it has ended.
 
 Up to ``workers`` runs execute at once, each limited to ``threads_per_run`` torch threads (default:
 CPU cores // workers) so that parallel runs do not fight over the cores. A run that fails does not
@@ -20,8 +28,10 @@ stop the others; its outcome carries the tail of its log. The trainers never out
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +51,7 @@ from mr2.sweep.processes import (
 from mr2.sweep.progress import estimate_remaining, format_duration, log_tail, running_line
 
 __all__ = [
+    "FINISHED_ELSEWHERE",
     "IN_USE",
     "RunOutcome",
     "SweepInterrupted",
@@ -57,9 +68,18 @@ IN_USE = (
     "not started: process {pid} owns {run_dir} (another sweep or `mr2 train` is training it); "
     "re-run the sweep once it has ended to include the run"
 )
+WAITING = (
+    "waiting for {name}: process {pid} owns {run_dir} (another sweep or `mr2 train` is training it); "
+    "its result is used once it ends"
+)
+FINISHED_ELSEWHERE = "finished by another process"
 NO_FINAL = "the run ended with exit code 0 but wrote no final.json"
 STOPPED = "stopped: the sweep was interrupted (it resumes from its checkpoint)"
 NOT_STARTED = "not started: the sweep was interrupted"
+#: Seconds between checks of a run directory another process holds.
+_WAIT_POLL_SECONDS = 0.25
+#: Times a run is taken over by other processes before the sweep gives up on it.
+_MAX_ATTEMPTS = 20
 #: Config keys that may differ between a finished run and the plan without making it stale.
 _IGNORED_KEYS = ("output_dir",)
 
@@ -70,8 +90,10 @@ class RunOutcome:
 
     Attributes:
         point: the run point.
-        status: ``done`` (trained now), ``skipped`` (finished earlier), ``running`` (owned by another
-            process, left alone) or ``failed``.
+        status: ``done`` (trained now), ``skipped`` (finished earlier, or by another process
+            while the sweep waited: message :data:`FINISHED_ELSEWHERE`), ``running`` (owned by
+            another process and left alone: only a lock of the sweep's own process, or with the
+            Slurm launcher) or ``failed``.
         seconds: wall time of the attempt (0 for runs not attempted).
         returncode: exit code of the training process (None if none was started).
         message: why it failed or was left alone ("" otherwise).
@@ -112,31 +134,67 @@ def _in_use(point: RunPoint) -> RunOutcome | None:
     return RunOutcome(point, "running", message=IN_USE.format(pid=holder, run_dir=point.run_dir))
 
 
-def _train(pool: TrainerPool, point: RunPoint) -> RunOutcome:
-    busy = _in_use(point)  # it may have been started since the plan was checked
-    if busy is not None:
-        return busy
-    start = time.perf_counter()
-    returncode = pool.train(point)
-    if returncode is None:
-        return RunOutcome(point, "failed", message=NOT_STARTED)
-    seconds = time.perf_counter() - start
-    if returncode == 0 and point.directory.is_finished:
-        return RunOutcome(point, "done", seconds, returncode)
-    message = NO_FINAL if returncode == 0 else f"exit code {returncode}"
-    if pool.stopping.is_set():
-        message = STOPPED
-    return RunOutcome(point, "failed", seconds, returncode, message, log_tail(point.directory.log))
+def _finished_outcome(point: RunPoint, message: str) -> RunOutcome:
+    """``skipped`` for a finished run of the planned configuration, ``failed`` for another one."""
+    differs = finished_config_mismatch(point)
+    if differs:
+        message = STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
+        return RunOutcome(point, "failed", message=message)
+    return RunOutcome(point, "skipped", message=message)
+
+
+def _wait_released(point: RunPoint, stopping: threading.Event) -> bool:
+    """Wait until no process holds the run directory; False when the sweep is stopping first."""
+    while point.directory.holder() is not None:
+        if stopping.wait(_WAIT_POLL_SECONDS):
+            return False
+    return True
+
+
+def _train(pool: TrainerPool, point: RunPoint, waiting: Callable[[RunPoint, int], None]) -> RunOutcome:
+    """Train ``point``, waiting first for any other process that holds it (module docstring)."""
+    outcome = RunOutcome(point, "failed", message=NOT_STARTED)
+    for _ in range(_MAX_ATTEMPTS):
+        holder = point.directory.holder()
+        if holder is not None:
+            if holder == os.getpid():  # cannot be waited for: this process would never let go
+                return RunOutcome(point, "running", message=IN_USE.format(pid=holder, run_dir=point.run_dir))
+            waiting(point, holder)
+            if not _wait_released(point, pool.stopping):
+                return RunOutcome(point, "failed", message=NOT_STARTED)
+        if point.directory.is_finished:
+            return _finished_outcome(point, FINISHED_ELSEWHERE)
+        start = time.perf_counter()
+        returncode = pool.train(point)
+        if returncode is None:
+            return RunOutcome(point, "failed", message=NOT_STARTED)
+        seconds = time.perf_counter() - start
+        if returncode == 0 and point.directory.is_finished:
+            return RunOutcome(point, "done", seconds, returncode)
+        if pool.stopping.is_set():
+            return RunOutcome(point, "failed", seconds, returncode, STOPPED, log_tail(point.directory.log))
+        message = NO_FINAL if returncode == 0 else f"exit code {returncode}"
+        outcome = RunOutcome(point, "failed", seconds, returncode, message, log_tail(point.directory.log))
+        if point.directory.holder() is None and not point.directory.is_finished:
+            return outcome  # a failure of its own: nobody else took the run
+        # Another process took the run between the check and the start: wait for it (loop).
+    return outcome
 
 
 def pending_points(
-    points: Sequence[RunPoint], out: TextIO, on_outcome: Callable[[RunOutcome], None] | None = None
+    points: Sequence[RunPoint],
+    out: TextIO,
+    on_outcome: Callable[[RunOutcome], None] | None = None,
+    *,
+    wait_elsewhere: bool = False,
 ) -> tuple[dict[str, RunOutcome], list[RunPoint]]:
     """Write every point's configuration and sort the points out: finished (skipped, or failed when
-    finished with another configuration) and owned by another process get their outcome now (one
-    numbered line each on ``out``); the others are returned, in plan order, to be trained."""
+    finished with another configuration) get their outcome now (one numbered line each on ``out``),
+    and so do those owned by another process unless ``wait_elsewhere``; the others are returned to
+    be trained, in plan order (with ``wait_elsewhere``, those owned by another process last)."""
     outcomes: dict[str, RunOutcome] = {}
     pending: list[RunPoint] = []
+    held: list[RunPoint] = []
 
     def report(outcome: RunOutcome, text: str) -> None:
         outcomes[outcome.point.name] = outcome
@@ -155,11 +213,14 @@ def pending_points(
                 report(RunOutcome(point, "skipped"), f"skipped {point.name} (finished earlier)")
             continue
         busy = _in_use(point)
+        if busy is not None and wait_elsewhere and point.directory.holder() != os.getpid():
+            held.append(point)
+            continue
         if busy is not None:
             report(busy, f"running elsewhere {point.name}: {busy.message}")
             continue
         pending.append(point)
-    return outcomes, pending
+    return outcomes, pending + held
 
 
 def run_points(
@@ -196,8 +257,17 @@ def run_points(
     """
     out = stream if stream is not None else sys.stdout
     total = len(points)
-    outcomes, pending = pending_points(points, out, on_outcome)
+    outcomes, pending = pending_points(points, out, on_outcome, wait_elsewhere=True)
     counter = len(outcomes)
+    announced: set[str] = set()
+    print_lock = threading.Lock()
+
+    def announce_wait(point: RunPoint, pid: int) -> None:
+        with print_lock:
+            if point.name in announced:
+                return
+            announced.add(point.name)
+        print(WAITING.format(name=point.name, pid=pid, run_dir=point.run_dir), file=out, flush=True)
 
     def report(outcome: RunOutcome, text: str) -> None:
         nonlocal counter
@@ -230,7 +300,7 @@ def run_points(
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mr2-sweep")
     try:
         with forward_stop_signals():
-            futures = {pool.submit(_train, trainers, point): point for point in pending}
+            futures = {pool.submit(_train, trainers, point, announce_wait): point for point in pending}
             waiting = set(futures)
             last_status = time.perf_counter()
             while waiting:
@@ -249,6 +319,8 @@ def run_points(
                     if outcome.status == "done":
                         took = format_duration(outcome.seconds)
                         report(outcome, f"done {outcome.point.name} ({took}){eta}")
+                    elif outcome.status == "skipped":
+                        report(outcome, f"finished elsewhere {outcome.point.name} ({outcome.message}){eta}")
                     elif outcome.status == "running":
                         report(outcome, f"running elsewhere {outcome.point.name}: {outcome.message}{eta}")
                     else:
