@@ -221,10 +221,10 @@ def _flush_subnormal_(values: torch.Tensor) -> torch.Tensor:
     Pair weights ``exp((d^2 - m) / T)`` of pairs well inside the margin (``d^2`` far below ``m``)
     land in the subnormal range (float32: exponents between about -87 and -104, common with T = 1
     and high-dimensional features), and CPU arithmetic on subnormal operands runs many times
-    slower (each takes a microcode assist; see BENCHMARKS.md, "Performance"). Dropping them changes
-    no sum that holds a normal term beyond float32 rounding (the log-sum-exp's denominator is >= 1),
-    and a gradient only by the terms ``a_ij (q_i - k_j)`` whose ``|a_ij|`` is below the smallest
-    normal number.
+    slower (each takes a microcode assist; see BENCHMARKS.md section 1 and docs/benchmarks/log.md
+    section 1). Dropping them changes no sum that holds a normal term beyond float32 rounding (the
+    log-sum-exp's denominator is >= 1), and a gradient only by the terms ``a_ij (q_i - k_j)`` whose
+    ``|a_ij|`` is below the smallest normal number.
     """
     return values.masked_fill_(values.abs() < torch.finfo(values.dtype).tiny, 0.0)
 
