@@ -166,3 +166,42 @@ def test_disk_full_mid_run_keeps_the_last_checkpoint_and_resumes(spread_npz, tmp
     reference = train(config_from_dict({**config, "output_dir": str(tmp_path / "reference")}), quiet=True)
     assert json.loads(run.final.read_text())["confusion_matrix"] == reference["confusion_matrix"]
     assert [r["epoch"] for r in run.read_metrics()] == [1, 2, 3, 4]
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A small tmpfs at ``path`` (root with CAP_SYS_ADMIN only), unmounted afterwards."""
+    path.mkdir()
+    mount = shutil.which("mount")
+    if os.geteuid() != 0 or mount is None or subprocess.run(
+        [mount, "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    ).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root with CAP_SYS_ADMIN (a real ENOSPC); EFBIG is tested above")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_really_full_disk_mid_run(spread_npz, tmp_path, capsys):
+    with _tmpfs(tmp_path / "disk", "2m") as disk:
+        config = base_config(spread_npz, disk / "runs", method={"name": "erm"}, optim={"epochs": 4})
+        assert TrainingSession(config_from_dict(config), quiet=True).fit(stop_after_epoch=2) is None
+        run = RunDirectory(disk / "runs" / "run")
+        checkpoint = run.last_checkpoint.read_bytes()
+        # Fill the disk but for half a checkpoint: the small files fit, epoch 3's checkpoint does not.
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        with open(disk / "filler", "wb") as filler:
+            os.posix_fallocate(filler.fileno(), 0, free - len(checkpoint) // 2)
+        message = _train(config, tmp_path, capsys)
+        assert message == DISK_FULL.format(
+            file=run.checkpoints / "last.pt", reason="No space left on device", path=run.path
+        )
+        assert run.last_checkpoint.read_bytes() == checkpoint and not list(run.temporary_files())
+        (disk / "filler").unlink()
+        config_file = tmp_path / "run.yaml"
+        assert main(["train", "--config", str(config_file), "--quiet"]) == 0
+        final = json.loads(run.final.read_text())
+    reference = train(config_from_dict({**config, "output_dir": str(tmp_path / "reference")}), quiet=True)
+    assert final["confusion_matrix"] == reference["confusion_matrix"]
+    capsys.readouterr()
