@@ -1,9 +1,12 @@
 """Whole runs: ``mr2 train`` (:func:`train`, :class:`TrainingSession`), ``mr2 eval`` (:func:`evaluate_run`).
 
 The order of a run's start is what makes bad input harmless: the configuration is validated, the
-run directory is probed for another owner (read-only), the data and model are built — every one of
+run directory is checked (read-only: it can be written, no other process owns it, and for
+``--overwrite`` it holds nothing but a run's files), the data and model are built — every one of
 these may fail with a clear error while nothing has been written — and only then does rank 0 take
 the directory's lock (:mod:`mr2.rundir`), finish or refuse what an earlier attempt left, and write.
+A write that fails later (disk full, permissions) is a :class:`RunError` saying so (:data:`DISK_FULL`,
+:data:`WRITE_FAILED`); the files written before are intact.
 """
 
 from __future__ import annotations

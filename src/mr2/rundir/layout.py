@@ -9,10 +9,14 @@
 - on resume ``metrics.jsonl`` is cut back to the checkpoint's epoch (a line is appended before the
   checkpoint is written, so a kill between the two leaves one line too many);
 - temporary files of interrupted atomic writes (``.<name>.*.tmp``) are removed when a run starts;
+- ``--overwrite`` replaces a run and nothing else: a directory holding anything outside the layout
+  is refused (:meth:`RunDirectory.check_overwritable`);
 - ``--overwrite`` never loses the old run before the new one exists: the old files are moved into
   ``.overwritten/`` and deleted only once the new run has written its first checkpoint; a new run
   that fails before that gets the old files back (at once, or, after a kill, when the directory is
-  next opened).
+  next opened by ``mr2 train``, ``mr2 eval`` or ``mr2 report``: :meth:`RunDirectory.recover`);
+- what the operating system would refuse (a file or a dangling link in the way, a directory that
+  cannot be written) is found before anything is built (:meth:`RunDirectory.check_writable`).
 """
 
 from __future__ import annotations
