@@ -98,9 +98,10 @@ OVERWRITTEN_DIR = ".overwritten"
 TRAINER_LOG = "train.log"
 _KEPT = (LOCK_FILE, OVERWRITTEN_DIR, TRAINER_LOG)
 
-# The layout (docs/run-directory.md, "What --overwrite replaces"): the only entries a directory may
-# hold for ``--overwrite`` to replace it. Files, directories and the files of ``checkpoints/``;
-# the content of ``tensorboard/``, ``predictions/`` and ``.overwritten/`` is the run's own.
+# The layout (docs/run-directory.md, "--overwrite replaces runs, nothing else"): the only entries
+# a directory may hold for ``--overwrite`` to replace it: files, directories, the files of
+# ``checkpoints/``; the content of ``tensorboard/``, ``predictions/`` and ``.overwritten/`` is the
+# run's own.
 _LAYOUT_FILES = ("config.yaml", "metrics.jsonl", "final.json", TRAINER_LOG, LOCK_FILE)
 _EVAL_FILE = re.compile(r"eval_[A-Za-z0-9_]+\.json")
 _LAYOUT_DIRS = ("checkpoints", "tensorboard", "predictions", OVERWRITTEN_DIR)
