@@ -64,9 +64,11 @@ def test_plain_loop_example_with_accumulation_and_bf16(tmp_path):
 def test_lightning_example_trains_logs_and_resumes(tmp_path):
     pytest.importorskip("lightning", reason="the lightning extra is not installed")
     example = load_example("lightning_mr2")
-    first = example.main(["--tiny", "--accumulation-steps", "2", "--out", str(tmp_path)])
+    first = example.main(["--tiny", "--accumulation-steps", "2", "--precision", "bf16-mixed",
+                          "--out", str(tmp_path)])
     check_disparity(first["logged"], "val/")
     assert int(first["statistics"]["samples_seen"].sum()) == 8 * 128
+    assert first["statistics"]["feature_sum"].dtype == torch.float32
     resumed = example.main(["--tiny", "--steps", "10", "--out", str(tmp_path),
                             "--resume", str(first["last_checkpoint"])])
     assert int(resumed["statistics"]["samples_seen"].sum()) == 10 * 128
@@ -75,9 +77,12 @@ def test_lightning_example_trains_logs_and_resumes(tmp_path):
 
 def test_hf_trainer_example(tmp_path):
     pytest.importorskip("transformers", reason="the transformers extra is not installed")
-    result = load_example("hf_trainer_mr2").main(["--tiny", "--accumulation-steps", "2", "--out", str(tmp_path)])
+    result = load_example("hf_trainer_mr2").main(
+        ["--tiny", "--accumulation-steps", "2", "--bf16", "--out", str(tmp_path)]
+    )
     check_disparity(result["metrics"], "eval_")
     assert int(result["statistics"]["samples_seen"].sum()) == 8 * 128
+    assert result["statistics"]["feature_sum"].dtype == torch.float32
     assert sorted(path.name for path in tmp_path.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
 
 
