@@ -1,5 +1,5 @@
-"""``mr2 tune --config RUN.yaml``: choose ERM or an MR2 configuration on validation, confirm it on
-fresh seeds.
+"""``mr2 tune``: choose ERM or an MR2 configuration on validation, confirm it on fresh seeds, for mr2's
+engine (``--config RUN.yaml``) or for training code of your own (``--command``).
 
 Examples::
 
@@ -7,9 +7,11 @@ Examples::
     mr2 tune --config my-run.yaml --candidates full --criterion worst_class --workers 2
     mr2 tune --config my-run.yaml --seeds 5 --confirm-seeds 5 --dry-run
     mr2 tune --config my-run.yaml --launcher slurm --launcher-option partition=gpu   # docs/cluster.md
+    mr2 tune --command 'python train.py --loss-json {loss} --seed {seed} --out {out}' --num-classes 10
 
-Running the same command again reuses finished runs and resumes interrupted ones. The work is done
-by :func:`mr2.tune.run_tune`; this module only parses arguments.
+Running the same command again reuses finished runs (trials) and resumes interrupted ones. The work
+is done by :func:`mr2.tune.run_tune` (``--config``) and :func:`mr2.tune.trial_tune.tune_trials`
+(``--command``); this module only parses arguments.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ EXIT_BAD_INPUT = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``tune`` subcommand's arguments to ``parser``."""
-    parser.add_argument("--config", required=True, metavar="RUN.yaml", help="your run configuration")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", metavar="RUN.yaml",
+                        help="your mr2 run configuration (mr2's engine trains)")
+    source.add_argument("--command", metavar="'CMD {loss} {seed} {out}'",
+                        help="your own training command: mr2 substitutes {loss} (the loss specification, "
+                        "JSON), {seed} and {out} (where it writes val.npz and test.npz) per trial; "
+                        "docs/tune.md")
+    parser.add_argument("--num-classes", type=int, metavar="K", help="number of classes (with --command)")
+    parser.add_argument("--class-names", metavar="FILE",
+                        help="one class name per line, for the report (with --command)")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a key of the run configuration (repeatable)",
@@ -39,11 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "c_bar 0.5, 1, 2 (default quick)")
     parser.add_argument("--criterion", default="hard_tier", metavar="hard_tier|worst_class|overall",
                         help="validation figure the candidates are compared by (default hard_tier)")
-    parser.add_argument("--workers", type=int, default=1, metavar="W", help="runs in parallel")
+    parser.add_argument("--workers", type=int, default=1, metavar="W", help="runs (trials) in parallel")
     parser.add_argument("--threads-per-run", type=int, metavar="T",
                         help="torch threads per run (default: CPU cores // workers)")
-    parser.add_argument("--output-dir", metavar="DIR", help="where DIR/<name>/ goes (default: the config's)")
-    parser.add_argument("--name", help="the tune directory's name (default: tune-<config file name>)")
+    parser.add_argument("--output-dir", metavar="DIR",
+                        help="where DIR/<name>/ goes (default: the config's output_dir; with --command: "
+                        "runs)")
+    parser.add_argument("--name", help="the tune directory's name (default: tune-<config file name>; with "
+                        "--command: tune)")
     parser.add_argument("--launcher", choices=("local", "slurm"),
                         help="where the runs execute: local (the process pool, default) or slurm "
                         "(submitit jobs; docs/cluster.md)")
@@ -55,8 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``mr2 tune``. Exit code 0: recommendation written and confirmed; 1: some run failed or
-    no recommendation could be made; 2: invalid input (nothing written); 128 + signal number when
-    stopped by a signal."""
+    no recommendation could be made; 2: invalid input (nothing written; with ``--command`` also a
+    trial whose command failed or wrote unusable predictions, named with its log); 128 + signal
+    number when stopped by a signal."""
+    if args.command is not None:
+        return _run_command(args)
     from mr2.cli.errors import user_errors
     from mr2.config import load_config
     from mr2.sweep import SweepInterrupted, SweepSpecError
@@ -65,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
     rejected: tuple[type[BaseException], ...] = (TuneInputError, SweepSpecError, *user_errors())
     try:
+        for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names)):
+            if value is not None:
+                raise TuneInputError(COMMAND_ONLY.format(flag=flag))
         launcher = None
         if args.launcher is not None or args.launcher_options:
             from mr2.sweep.launcher import parse_launcher_option
@@ -98,3 +118,67 @@ def run(args: argparse.Namespace) -> int:
               "again to resume.", file=sys.stderr)
         return 128 + interrupt.signum
     return 0 if outcome.ok else EXIT_FAILED_RUNS
+
+
+COMMAND_ONLY = "{flag} applies to --command (a --config run configuration knows its classes)"
+CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training)"
+NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"
+SLURM_COMMAND = (
+    "--launcher with --command is not supported yet; run the trials on this machine (--workers W), or "
+    "use the Python API mr2.tune.tune(..., executor=submitit.AutoExecutor(...)) on a cluster"
+)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """``mr2 tune --command``: trials of the user's own training command."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mr2.report.exceptions import PredictionsError
+    from mr2.report.predictions import read_class_names
+    from mr2.tune import TuneInputError, TuneSelectionError
+    from mr2.tune.command import CommandSource, check_command
+    from mr2.tune.run import BAD_COUNT
+    from mr2.tune.trial_tune import describe_trials, make_trial_request, tune_trials
+    from mr2.tune.trials import TrialStore
+
+    try:
+        config_flags = (("--set", bool(args.overrides)),
+                        ("--threads-per-run", args.threads_per_run is not None))
+        for flag, given in config_flags:
+            if given:
+                raise TuneInputError(CONFIG_ONLY.format(flag=flag))
+        if args.launcher is not None or args.launcher_options:
+            raise TuneInputError(SLURM_COMMAND)
+        template = check_command(args.command)
+        if args.num_classes is None:
+            raise TuneInputError(NEEDS_NUM_CLASSES)
+        if args.workers < 1:
+            raise TuneInputError(BAD_COUNT.format(flag="--workers", value=args.workers))
+        names = read_class_names(args.class_names) if args.class_names is not None else None
+        request = make_trial_request(
+            num_classes=args.num_classes, candidates=args.candidates, seeds=args.seeds,
+            confirm_seeds=args.confirm_seeds, criterion=args.criterion, output_dir=args.output_dir or "runs",
+            name=args.name or "tune", class_names=names, source={"kind": "command", "command": template},
+        )
+        source = CommandSource(template, TrialStore(request.directory, request.num_classes))
+        if args.dry_run:
+            print(describe_trials(request, runs="trials"))
+            for trial in request.selection_trials():
+                print(f"  $ {source.command(trial)}")
+            return 0
+    except (TuneInputError, PredictionsError) as error:
+        print(f"mr2 tune: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    executor = ThreadPoolExecutor(args.workers) if args.workers > 1 else None
+    try:
+        result = tune_trials(request, source, executor=executor, log=source.log)
+    except TuneInputError as error:  # a trial's command failed or wrote unusable predictions
+        print(f"mr2 tune: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TuneSelectionError as error:
+        print(f"mr2 tune: no recommendation: {error}", file=sys.stderr)
+        return EXIT_FAILED_RUNS
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+    return 0 if result.report_dir is not None else EXIT_FAILED_RUNS

@@ -27,6 +27,7 @@ __all__ = [
     "REFERENCE_LABEL",
     "Candidate",
     "candidates",
+    "check_candidate_set",
 ]
 
 #: The label of the reference candidate (plain cross-entropy).
@@ -57,6 +58,14 @@ def _known(variants: tuple[str, ...]) -> tuple[str, ...]:
 FULL_VARIANTS = QUICK_VARIANTS + _known(PENDING_VARIANTS)
 #: The candidate sets ``--candidates`` accepts.
 CANDIDATE_SETS = ("quick", "full")
+BAD_CANDIDATE_SET = (
+    "unknown candidate set {value!r}; choose quick, full, or a comma-separated list of candidate labels "
+    "with erm among them, from: {labels}"
+)
+NEEDS_ENGINE = (
+    "candidate(s) {labels} need mr2's engine (two-stage procedures): they run through mr2 tune --config "
+    "only"
+)
 NO_NUM_CLASSES = (
     "candidate {label!r} does not know the number of classes: call make_loss(num_classes=K) (mr2.tune.tune "
     "sets it on the candidates it hands to your training function)"
@@ -160,16 +169,43 @@ def _additive(scale: float) -> Candidate:
     )
 
 
+def check_candidate_set(value: str, *, losses_only: bool = False) -> str:
+    """Return ``value`` if it names candidates: ``quick``, ``full``, or a comma-separated list of labels
+    of ``full``'s candidates with ``erm`` among them (e.g. ``erm,mr2-logit_only-c1``).
+
+    Raises:
+        TuneInputError: anything else (the message lists the choices); with ``losses_only``, also a
+            label of a candidate that needs mr2's engine.
+    """
+    if value in CANDIDATE_SETS:
+        return value
+    labels = [part.strip() for part in str(value).split(",")]
+    pool = {c.label: c for c in candidates("full")}
+    allowed = [label for label, c in pool.items() if c.is_loss or not losses_only]
+    unknown = [label for label in labels if label not in allowed]
+    if "," not in str(value) or unknown or REFERENCE_LABEL not in labels or len(set(labels)) != len(labels):
+        engine = [label for label in unknown if label in pool]
+        if engine:
+            raise TuneInputError(NEEDS_ENGINE.format(labels=", ".join(engine)))
+        raise TuneInputError(BAD_CANDIDATE_SET.format(value=str(value)[:200], labels=", ".join(allowed)))
+    return value
+
+
 def candidates(name: str, *, losses_only: bool = False) -> list[Candidate]:
-    """The candidates of set ``name`` (``quick`` or ``full``), ERM first.
+    """The candidates of set ``name`` (``quick``, ``full`` or a list of labels, see
+    :func:`check_candidate_set`), ERM first.
 
     ``losses_only``: only the candidates that are a loss module (:attr:`Candidate.is_loss`), the ones
     training code of your own can run: ``full`` without JTT and HBR.
     """
-    if name not in CANDIDATE_SETS:
-        raise ValueError(name)
     if losses_only:
         return [c for c in candidates(name) if c.is_loss]
+    if name not in CANDIDATE_SETS:
+        labels = [part.strip() for part in name.split(",")]
+        pool = {c.label: c for c in candidates("full")}
+        if REFERENCE_LABEL not in labels or not all(label in pool for label in labels):
+            raise ValueError(name)
+        return [pool[REFERENCE_LABEL], *(pool[label] for label in labels if label != REFERENCE_LABEL)]
     erm = Candidate(REFERENCE_LABEL, "erm")
     if name == "quick":
         return [erm, *(_mr2(variant, 1.0) for variant in QUICK_VARIANTS)]

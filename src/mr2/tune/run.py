@@ -33,7 +33,7 @@ from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
 from mr2.sweep.launcher import launcher_from_dict
 from mr2.sweep.plan import RunPoint
-from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
+from mr2.tune.candidates import REFERENCE_LABEL, Candidate, candidates, check_candidate_set
 from mr2.tune.errors import TuneInputError
 from mr2.tune.selection import (
     CRITERIA,
@@ -62,7 +62,6 @@ NO_VALIDATION_SPLIT = (
     "it above 0 (e.g. --set data.val_fraction=0.1)"
 )
 UNKNOWN_CRITERION = "unknown criterion {value!r}; choose one of: {choices}"
-UNKNOWN_CANDIDATES = "unknown candidate set {value!r}; choose one of: {choices}"
 BAD_SEEDS = (
     "{flag} must be a count >= {minimum} or a comma-separated list of distinct seeds >= 0; got {value!r}"
 )
@@ -101,7 +100,7 @@ class TuneRequest:
         output_dir: where the tune directory goes.
         seeds: selection seeds.
         confirm_seeds: confirmation seeds (disjoint from ``seeds``).
-        candidate_set: ``quick`` or ``full``.
+        candidate_set: ``quick``, ``full`` or a comma-separated list of candidate labels.
         criterion: one of :data:`mr2.tune.selection.CRITERIA`.
         workers: runs in parallel.
         threads_per_run: torch threads per run (None: cores // workers).
@@ -181,9 +180,7 @@ def make_request(
     """
     if criterion not in CRITERIA:
         raise TuneInputError(UNKNOWN_CRITERION.format(value=criterion, choices=", ".join(CRITERIA)))
-    if candidate_set not in CANDIDATE_SETS:
-        choices = ", ".join(CANDIDATE_SETS)
-        raise TuneInputError(UNKNOWN_CANDIDATES.format(value=candidate_set, choices=choices))
+    check_candidate_set(candidate_set)
     if config.data.val_fraction <= 0:
         raise TuneInputError(NO_VALIDATION_SPLIT)
     check_name(name, "--name", TuneInputError)

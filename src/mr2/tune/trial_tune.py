@@ -38,13 +38,12 @@ from mr2.report.run_dir import RunRecord
 from mr2.report.settings import ReportSettings
 from mr2.report.tables import comparison_markdown
 from mr2.report.writer import ReportOutput, write_report
-from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
+from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates, check_candidate_set
 from mr2.tune.errors import TuneInputError
 from mr2.tune.loss_spec import parse_loss_spec
 from mr2.tune.run import (
     OVERLAPPING_SEEDS,
     RECOMMENDATION_FILE,
-    UNKNOWN_CANDIDATES,
     UNKNOWN_CRITERION,
     _git_commit,
     _seeds,
@@ -126,9 +125,7 @@ class TrialTuneRequest:
 
 def _candidates(value: str | Sequence[Candidate], num_classes: int) -> tuple[list[Candidate], str]:
     if isinstance(value, str):
-        if value not in CANDIDATE_SETS:
-            raise TuneInputError(UNKNOWN_CANDIDATES.format(value=value, choices=", ".join(CANDIDATE_SETS)))
-        chosen, name = candidates(value, losses_only=True), value
+        chosen, name = candidates(check_candidate_set(value, losses_only=True), losses_only=True), value
     else:
         items = [c for c in value if isinstance(c, Candidate)] if isinstance(value, Sequence) else []
         labels = [c.label for c in items]
@@ -219,6 +216,11 @@ def describe_trials(request: TrialTuneRequest, runs: str = "trials") -> str:
         f"{request.seeds}) + up to {2 * len(request.confirm_seeds)} confirmation {runs} (the chosen "
         f"candidate and ERM x fresh seeds {request.confirm_seeds})",
     ]
+    if request.candidate_set in CANDIDATE_SETS:
+        engine_only = [c.label for c in candidates(request.candidate_set) if not c.is_loss]
+        if engine_only:
+            lines.append(f"not run by this source (two-stage procedures need mr2 tune --config: "
+                         f"{', '.join(engine_only)})")
     for trial in selection:
         finished = (store.path(trial) / "trial.json").is_file()
         lines.append(f"  {trial.name:<48} {'finished' if finished else 'to run'}  loss "

@@ -1,0 +1,160 @@
+"""``mr2 tune --command``: trials of a user's own command (a NumPy stand-in script here, so a trial
+is quick): the same choice as the Python API on the same trials, resume, test predictions that cannot
+reach the choice, and every failing or misbehaving command as a one-line error naming the trial and
+its log file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mr2.cli.main import main
+from mr2.tune import tune
+from mr2.tune.command import EXIT_CODE, MISSING_PLACEHOLDER, NO_PREDICTIONS, UNKNOWN_PLACEHOLDER
+from mr2.tune.trial_tune import describe_trials, make_trial_request
+
+assert NO_PREDICTIONS.startswith("trial {trial}: the command wrote no predictions: {path} is missing")
+
+SCRIPT = Path(__file__).with_name("command_script.py")
+COMMAND = f"{sys.executable} {SCRIPT} --loss-json {{loss}} --seed {{seed}} --out {{out}}"
+K = 6
+
+
+def _args(out: Path, *extra: str, command: str = COMMAND) -> list[str]:
+    return ["tune", "--command", command, "--num-classes", str(K), "--seeds", "2", "--confirm-seeds", "2",
+            "--output-dir", str(out), "--name", "c", *extra]
+
+
+@pytest.fixture(scope="module")
+def commanded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("command")
+    return out, _args(out, "--workers", "2")
+
+
+def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(commanded, capsys, tmp_path):
+    from tune.test_trial_tune import simulated
+
+    out, args = commanded
+    assert main(args) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    record = json.loads((out / "c" / "recommendation.json").read_text())
+    assert record["source"] == {"kind": "command", "command": COMMAND}
+    assert record["label"] == "mr2-logit_only-c1"
+    assert record["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}}
+    assert record["verdict"]["outcome"] in ("confirmed", "supported", "not confirmed", "contradicted")
+    assert Path(record["confirmation"]["report"]).is_file() and "Report: " in printed
+    # Each trial's command line and output are in its log.
+    log = out / "c" / "trials" / "selection" / "erm" / "seed=1" / "train.log"
+    assert "--seed 1" in log.read_text().splitlines()[0] and "training erm seed 1" in log.read_text()
+    # The Python API on the same simulated trials: the same selection record.
+    python = tune(simulated, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="c")
+    assert python.record["selection"] == record["selection"]
+    assert python.record["verdict"] == record["verdict"]
+
+
+def test_selection_test_predictions_cannot_change_the_choice_and_a_rerun_runs_no_command(
+        commanded, capsys, tmp_path, monkeypatch):
+    out, args = commanded
+    directory = out / "c"
+    if not (directory / "recommendation.json").is_file():
+        assert main(args) == 0
+    before = (directory / "recommendation.json").read_text()
+    for path in (directory / "trials" / "selection").glob("*/seed=*/test.npz"):
+        with np.load(path) as data:
+            y_true = data["y_true"]
+        y_pred = y_true if path.parent.parent.name == "mr2-paper-c1" else (y_true + 1) % K
+        np.savez(path, y_true=y_true, y_pred=y_pred)
+    counter = tmp_path / "calls.txt"
+    monkeypatch.setenv("FAKE_COUNTER", str(counter))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert not counter.exists()  # no command ran: every trial was reused
+    assert (directory / "recommendation.json").read_text() == before
+
+
+def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing(tmp_path, capsys):
+    assert main(_args(tmp_path / "out", "--dry-run")) == 0
+    printed = capsys.readouterr().out
+    assert "cost: 8 selection trials (4 candidates x seeds [0, 1]) + up to 4 confirmation trials" in printed
+    assert "--loss-json '{\"method\":\"mr2\",\"options\":{\"variant\":\"paper\",\"c_bar\":1.0}}' --seed 1" in printed
+    assert "not run by this source: jtt, hbr" not in printed  # quick has no engine-only candidate
+    assert not (tmp_path / "out").exists()
+    request = make_trial_request(num_classes=K, candidates="full", output_dir=tmp_path, name="c")
+    assert "two-stage procedures need mr2 tune --config: jtt, hbr)" in describe_trials(request)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--command", "python t.py --loss-json {loss} --out {out}"], MISSING_PLACEHOLDER.format(names="{seed}")),
+        (["--command", "python t.py --loss-json {loss} --seed {seed}"], MISSING_PLACEHOLDER.format(names="{out}")),
+        (["--command", "python t.py --seed {seed} --out {out}"], MISSING_PLACEHOLDER.format(names="{loss}")),
+        (["--command", "python t.py {loss} {seed} {out} {epochs}"], UNKNOWN_PLACEHOLDER.format(name="epochs")),
+        (["--command", "python t.py {loss} {seed} {out} {"], "is not a valid template"),
+        (["--command", "  "], "--command is empty"),
+        (["--command", COMMAND], "--command needs --num-classes K"),
+        (["--command", COMMAND, "--num-classes", "1"], "num_classes must be an integer from 2 to 100000"),
+        (["--command", COMMAND, "--num-classes", "6", "--set", "optim.lr=0.1"], "--set applies to --config"),
+        (["--command", COMMAND, "--num-classes", "6", "--launcher", "slurm"], "--launcher with --command is not"),
+        (["--command", COMMAND, "--num-classes", "6", "--workers", "0"], "--workers must be an integer >= 1; got 0"),
+        (["--command", COMMAND, "--num-classes", "6", "--candidates", "erm,jtt"], "need mr2's engine"),
+        (["--command", COMMAND, "--num-classes", "6", "--candidates", "mr2-paper-c1"], "unknown candidate set"),
+        (["--command", COMMAND, "--num-classes", "6", "--seeds", "2000"], "at most 1000"),
+        (["--command", COMMAND, "--num-classes", "6", "--name", "."], "is not a usable name"),
+        (["--command", COMMAND, "--num-classes", "6", "--class-names", "/nonexistent/names.txt"],
+         "/nonexistent/names.txt"),
+        (["--config", "run.yaml", "--num-classes", "6"], "--num-classes applies to --command"),
+    ],
+    ids=["no-seed", "no-out", "no-loss", "unknown", "brace", "empty", "no-k", "k-1", "set", "launcher", "workers",
+         "engine-only", "no-erm", "many-seeds", "name", "class-names", "k-with-config"],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message):
+    out_dir = tmp_path / "out"
+    code = main(["tune", *args, "--output-dir", str(out_dir)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("mr2 tune: error: ") and message in err and err.count("\n") == 1, err
+    assert not out_dir.exists()
+
+
+def test_config_and_command_together_are_refused_by_the_parser(tmp_path, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["tune", "--config", "run.yaml", "--command", COMMAND, "--output-dir", str(tmp_path / "out")])
+    assert caught.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("mode", "trial", "message"),
+    [
+        ("exit3", "selection/erm@0", EXIT_CODE.format(trial="selection/erm@0", code=3, log="{log}")),
+        ("nothing", "selection/erm@0", "trial selection/erm@0: the command wrote no predictions: {out}/val.npz is "
+         "missing"),
+        ("wrong_k", "selection/erm@0",
+         "trial selection/erm@0, val split: logits have 7 columns but num_classes is 6 (wrong K: one column per "
+         "class) (log: {log})"),
+        ("nan", "selection/erm@0", "trial selection/erm@0: predictions file {out}/val.npz"),
+        ("labels", "selection/erm@1",
+         "trial selection/erm@1, test split: y_true differs from trial selection/erm@0's (360 of 360 labels "
+         "differ); every trial must predict the same test samples in the same order (log: {log})"),
+    ],
+    ids=["exit-code", "no-predictions", "wrong-k", "nan-logits", "labels-differ"],
+)
+def test_a_misbehaving_command_is_one_line_naming_the_trial_and_its_log(tmp_path, capsys, monkeypatch, mode, trial,
+                                                                        message):
+    monkeypatch.setenv("FAKE_MODE", mode)
+    out_dir = tmp_path / "out"
+    code = main(_args(out_dir))
+    err = capsys.readouterr().err
+    phase, rest = trial.split("/")
+    label, seed = rest.split("@")
+    trial_dir = out_dir / "c" / "trials" / phase / label / f"seed={seed}"
+    expected = message.format(log=trial_dir / "train.log", out=trial_dir / "output")
+    assert code == 2
+    assert err.startswith("mr2 tune: error: ") and expected in err and err.count("\n") == 1, err
+    assert (trial_dir / "train.log").is_file()
+    assert not (trial_dir / "trial.json").exists() and not (out_dir / "c" / "recommendation.json").exists()
