@@ -124,15 +124,21 @@ WORKER = Path(__file__).with_name("lightning_ddp_worker.py")
 @pytest.mark.distributed
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
 def test_ddp_strategy_on_two_cpu_processes_equals_one_process_with_the_doubled_batch(tmp_path):
+    # Also with accumulated micro-batches: each rank adds up its own, apply_accumulated all-reduces.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                str(WORKER), str(tmp_path)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"torchrun failed:\n{done.stdout}\n{done.stderr}"
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(2)]
-    assert_same_statistics(ranks[1], ranks[0], exact=True)  # identical on both ranks
+    for run in ("plain", "accumulated"):  # identical on both ranks
+        assert_same_statistics(ranks[1][run], ranks[0][run], exact=True)
 
     single = TinyMR2Module(lambda_rep=0.5, pairs="global")
     trainer(tmp_path / "single", max_epochs=1).fit(single, loader(16))
-    assert_same_statistics(ranks[0], statistics_state(single), exact=False)
-    assert ranks[0]["samples_seen"].tolist() == [16] * NUM_CLASSES
+    assert_same_statistics(ranks[0]["plain"], statistics_state(single), exact=False)
+    assert ranks[0]["plain"]["samples_seen"].tolist() == [16] * NUM_CLASSES
+    # 2 ranks x 2 micro-batches of 4, applied once per optimiser step = one batch of 16.
+    frozen = TinyMR2Module(lr=0.0, lambda_rep=0.5, pairs="global")
+    trainer(tmp_path / "frozen", max_epochs=1).fit(frozen, loader(16))
+    assert_same_statistics(ranks[0]["accumulated"], statistics_state(frozen), exact=False)
