@@ -31,8 +31,10 @@ import csv
 import difflib
 import math
 import os
+import pickle
 import re
 import unicodedata
+import warnings
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,11 +61,16 @@ __all__ = [
 
 NO_FILES = "no predictions file given; pass at least one .npz, .pt or .csv file"
 FILE_NOT_FOUND = "predictions file {path} does not exist"
+NOT_A_FILE = "predictions file {path} is a directory, not a file; give the .npz, .pt or .csv file itself"
 FORMAT_UNKNOWN = (
     "predictions file {path} has suffix {suffix!r}; use .npz (numpy.savez), .pt (torch.save of a "
     "dict) or .csv"
 )
 FILE_UNREADABLE = "predictions file {path} cannot be read: {error}"
+PICKLE_REFUSED = (
+    "torch.load(weights_only=True) refused it; a .pt predictions file must be torch.save of a dict "
+    "of tensors, lists, numbers and strings (other pickled objects are never loaded)"
+)
 NOT_A_MAPPING = "predictions file {path} must hold a dict of arrays (y_true, y_pred or logits), got {kind}"
 KEY_MISSING = "predictions file {path} has no {key!r}; it needs y_true and either y_pred or logits"
 NO_PREDICTIONS = (
@@ -204,7 +211,7 @@ def parse_label(label: str, path: str | Path = "") -> tuple[str, int | None]:
     >>> parse_label("mr2@3"), parse_label("logreg")
     (('mr2', 3), ('logreg', None))
     """
-    if any(unicodedata.category(char) == "Cc" for char in label):
+    if _has_control_character(label):
         raise PredictionsError(
             LABEL_INVALID.format(label=label, path=path, problem="it holds a control character")
         )
@@ -229,6 +236,10 @@ def _split_spec(spec: str | Path) -> tuple[Path, str | None]:
         return Path(text), None
     path, _, label = text.rpartition("=")
     return Path(path), label
+
+
+def _has_control_character(text: str) -> bool:
+    return any(unicodedata.category(char) == "Cc" for char in text)
 
 
 def _too_many(path: Path, what: str, num_classes: int, max_classes: int) -> PredictionsError:
@@ -302,6 +313,14 @@ def _class_name_list(path: Path, array: NDArray[Any], expected: int) -> list[str
                     path=path, num_classes=expected, problem=f"an empty name (class {class_id})"
                 )
             )
+        if _has_control_character(name):
+            raise PredictionsError(
+                CLASS_NAMES_INVALID.format(
+                    path=path,
+                    num_classes=expected,
+                    problem=f"a control character in {name!r} (class {class_id})",
+                )
+            )
         if name in first_seen:
             raise PredictionsError(
                 CLASS_NAMES_INVALID.format(
@@ -361,6 +380,14 @@ def _build(
         if logits is None and array.ndim == 1 and array.size > max_classes:
             raise _too_many(path, f"class_names hold {array.size} names", array.size, max_classes)
         class_names = _class_name_list(path, array, logits.shape[1] if logits is not None else array.size)
+    if class_names is not None:  # the file names its K classes: its ids must lie below K
+        for key, ids in (("y_true", y_true), ("y_pred", y_pred)):
+            if int(ids.max()) >= len(class_names):
+                raise PredictionsError(
+                    LABEL_OUT_OF_RANGE.format(
+                        path=path, key=key, value=int(ids.max()), num_classes=len(class_names)
+                    )
+                )
     return PredictionsFile(path, y_true, y_pred, logits, class_names)
 
 
@@ -421,16 +448,23 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
         _npz_members(path, max_classes)
     try:
         if path.suffix == ".npz":
-            loaded = np.load(path, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy saved under .npz
-                raise PredictionsError(NOT_A_MAPPING.format(path=path, kind="a single numpy array"))
-            with loaded as archive:
-                return {key: archive[key] for key in archive.files}
-        content = torch.load(path, map_location="cpu", weights_only=True)
+            # Our own handle: np.load leaks the one it opens when a "PK" file is no zip archive.
+            with path.open("rb") as handle:
+                loaded = np.load(handle, allow_pickle=False)
+                if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy saved under .npz
+                    raise PredictionsError(NOT_A_MAPPING.format(path=path, kind="a single numpy array"))
+                with loaded as archive:
+                    return {key: archive[key] for key in archive.files}
+        with warnings.catch_warnings():
+            # torch's notes on a refused or unusual pickle (protocol, sparse checks): the error says it.
+            warnings.simplefilter("ignore", UserWarning)
+            content = torch.load(path, map_location="cpu", weights_only=True)
         if isinstance(content, dict):
             content = {str(key): _as_numpy(value) for key, value in content.items()}
     except PredictionsError:
         raise
+    except pickle.UnpicklingError as error:
+        raise PredictionsError(FILE_UNREADABLE.format(path=path, error=PICKLE_REFUSED)) from error
     except Exception as error:  # corrupt archives raise anything from zipfile, pickle, numpy or torch
         raise PredictionsError(
             FILE_UNREADABLE.format(
@@ -443,15 +477,22 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
 
 
 def _columns_text(header: Sequence[str]) -> str:
-    """A CSV header for a message (the first columns of a wide one)."""
+    """A CSV header for a message, on one line (control characters escaped; the first columns of a
+    wide one, each cut at 40 characters)."""
+    shown = [
+        "".join(repr(char)[1:-1] if unicodedata.category(char) == "Cc" else char for char in column[:40])
+        + ("..." if len(column) > 40 else "")
+        for column in header[:_HEADER_SHOWN]
+    ]
     if len(header) <= _HEADER_SHOWN:
-        return ",".join(header)
-    return ",".join(header[:_HEADER_SHOWN]) + f",... ({len(header)} columns)"
+        return ",".join(shown)
+    return ",".join(shown) + f",... ({len(header)} columns)"
 
 
 def _near_miss(header: Sequence[str]) -> str:
-    """``DID_YOU_MEAN`` for the first column that looks like a misspelt y_true / y_pred, or ``""``."""
-    for column in header:
+    """``DID_YOU_MEAN`` for the first column (among the first few) that looks like a misspelt y_true
+    or y_pred, or ``""``."""
+    for column in header[:_HEADER_SHOWN]:
         if column in ("y_true", "y_pred"):
             continue
         folded = re.sub(r"[^a-z]", "", column.lower())
@@ -487,11 +528,11 @@ def _read_csv(path: Path, max_classes: int) -> PredictionsFile:
             unknown = [name for name in header if name not in ("y_true", "y_pred")]
             raise PredictionsError(UNKNOWN_COLUMNS.format(path=path, columns=unknown))
     else:
+        if len(header) - 1 > max_classes:
+            raise _too_many(path, f"logits have {len(header) - 1} columns", len(header) - 1, max_classes)
         hint = _near_miss(header)
         if len(header) < 3 or hint:
             raise PredictionsError(COLUMNS_UNEXPECTED.format(path=path, found=found, hint=hint))
-        if len(header) - 1 > max_classes:
-            raise _too_many(path, f"logits have {len(header) - 1} columns", len(header) - 1, max_classes)
     body = rows[1:]
     if not body:
         raise PredictionsError(EMPTY_FILE.format(path=path))
@@ -503,16 +544,17 @@ def _read_csv(path: Path, max_classes: int) -> PredictionsFile:
     cells = np.array(body, dtype=str)
     try:
         values = cells.astype(np.float64)
-    except ValueError:
+    except ValueError:  # find the cell; what Python's float() reads but numpy does not is read by it
+        parsed = []
         for line, row in enumerate(body, start=2):
             for column, cell in zip(header, row, strict=True):
                 try:
-                    float(cell)
+                    parsed.append(float(cell))
                 except ValueError:
                     raise PredictionsError(
                         CELL_INVALID.format(path=path, line=line, column=column, value=cell)
                     ) from None
-        raise
+        values = np.array(parsed, dtype=np.float64).reshape(len(body), len(header))
     columns = dict(zip(header, values.T, strict=True))
     y_true = columns.pop("y_true")
     if "y_pred" in columns:
@@ -541,6 +583,8 @@ def read_predictions(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES
     """
     max_classes = _check_max_classes(max_classes)
     path = Path(path)
+    if os.path.isdir(path):
+        raise PredictionsError(NOT_A_FILE.format(path=path))
     if not os.path.isfile(path):  # os.path: False (not an error) for a NUL byte or a too-long name
         raise PredictionsError(FILE_NOT_FOUND.format(path=path))
     if path.suffix not in _SUFFIXES:
@@ -576,6 +620,10 @@ def read_class_names(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES
         )
     if len(set(names)) != len(names):
         raise PredictionsError(CLASS_NAMES_FILE_INVALID.format(path=path, problem="repeats a name"))
+    if any(_has_control_character(name) for name in names):
+        raise PredictionsError(
+            CLASS_NAMES_FILE_INVALID.format(path=path, problem="holds a control character in a name")
+        )
     if len(names) > max_classes:
         problem = NAMES_ABOVE_LIMIT.format(
             count=len(names), limit=max_classes, size=format_bytes(confusion_bytes(len(names)))
