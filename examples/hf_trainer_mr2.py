@@ -63,19 +63,20 @@ def small_cnn(num_classes: int, width: int) -> nn.Module:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=128, help="samples per optimiser step and device")
+    parser.add_argument("--steps", type=int, default=None, help="optimiser steps (300; --tiny: 8)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="samples per optimiser step and device (128; --tiny: 64)")
     parser.add_argument("--accumulation-steps", type=int, default=1)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--resume", default=None, help="a checkpoint-* directory of --out")
     parser.add_argument("--out", type=Path, default=Path("hf_trainer_mr2_out"))
-    parser.add_argument("--tiny", action="store_true", help="512 training images, 8 steps, a tiny model")
+    parser.add_argument("--tiny", action="store_true", help="512 training images, a tiny model")
     args = parser.parse_args(argv)
+    args.steps = args.steps or (8 if args.tiny else 300)
+    args.batch_size = args.batch_size or (64 if args.tiny else 128)
     if args.batch_size % args.accumulation_steps:
         parser.error("--batch-size must be a multiple of --accumulation-steps")
-    if args.tiny and args.resume is None:
-        args.steps = 8
     return args
 
 

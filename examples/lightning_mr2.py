@@ -67,8 +67,9 @@ class FashionMR2(pl.LightningModule):
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--steps", type=int, default=300, help="optimiser steps (max_steps)")
-    parser.add_argument("--batch-size", type=int, default=128, help="samples per optimiser step and device")
+    parser.add_argument("--steps", type=int, default=None, help="optimiser steps (300; --tiny: 8)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="samples per optimiser step and device (128; --tiny: 64)")
     parser.add_argument("--accumulation-steps", type=int, default=1)
     parser.add_argument("--precision", default="32-true", help="e.g. bf16-mixed")
     parser.add_argument("--devices", type=int, default=1)
@@ -78,12 +79,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="JSON list of a reference run's per-class accuracy: fixes the tiers")
     parser.add_argument("--resume", default=None, help="a Lightning checkpoint to continue from")
     parser.add_argument("--out", type=Path, default=Path("lightning_mr2_out"))
-    parser.add_argument("--tiny", action="store_true", help="512 training images, 8 steps, a tiny model")
+    parser.add_argument("--tiny", action="store_true", help="512 training images, a tiny model")
     args = parser.parse_args(argv)
+    args.steps = args.steps or (8 if args.tiny else 300)
+    args.batch_size = args.batch_size or (64 if args.tiny else 128)
     if args.batch_size % args.accumulation_steps:
         parser.error("--batch-size must be a multiple of --accumulation-steps")
-    if args.tiny:
-        args.steps = 8 if args.resume is None else args.steps
     return args
 
 

@@ -32,8 +32,9 @@ MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training pixel statistics
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=None, help="Fashion-MNIST files (default: system copy)")
-    parser.add_argument("--steps", type=int, default=300, help="optimiser steps")
-    parser.add_argument("--batch-size", type=int, default=128, help="samples per optimiser step")
+    parser.add_argument("--steps", type=int, default=None, help="optimiser steps (300; --tiny: 8)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="samples per optimiser step (128; --tiny: 64)")
     parser.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--per-micro-batch-statistics", action="store_true",
                         help="with accumulation: update the statistics every micro-batch (the default of "
@@ -41,12 +42,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bf16", action="store_true", help="forward pass under torch.autocast (bf16)")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--out", type=Path, default=Path("plain_loop_mr2_out"))
-    parser.add_argument("--tiny", action="store_true", help="512 training images, 10 steps, a tiny model")
+    parser.add_argument("--tiny", action="store_true", help="512 training images, a tiny model")
     args = parser.parse_args(argv)
+    args.steps = args.steps or (8 if args.tiny else 300)
+    args.batch_size = args.batch_size or (64 if args.tiny else 128)
     if args.batch_size % args.accumulation_steps:
         parser.error("--batch-size must be a multiple of --accumulation-steps")
-    if args.tiny:
-        args.steps = 10
     return args
 
 

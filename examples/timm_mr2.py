@@ -40,15 +40,16 @@ def logits_and_features(model: torch.nn.Module, images: torch.Tensor) -> tuple[t
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--model", default="resnet10t", help="a timm model name")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--model", default=None, help="timm model (resnet10t; --tiny: test_efficientnet)")
+    parser.add_argument("--steps", type=int, default=None, help="optimiser steps (300; --tiny: 8)")
+    parser.add_argument("--batch-size", type=int, default=None, help="batch size (128; --tiny: 64)")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--wrapper", action="store_true", help="use ClassifierWithFeatures instead")
-    parser.add_argument("--tiny", action="store_true", help="512 images, 8 steps, timm's test_efficientnet")
+    parser.add_argument("--tiny", action="store_true", help="512 training images, a tiny model")
     args = parser.parse_args(argv)
-    if args.tiny:
-        args.model, args.steps, args.batch_size = "test_efficientnet", 8, 64
+    args.model = args.model or ("test_efficientnet" if args.tiny else "resnet10t")
+    args.steps = args.steps or (8 if args.tiny else 300)
+    args.batch_size = args.batch_size or (64 if args.tiny else 128)
     return args
 
 
