@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from mr2.report.exceptions import ReportError
+from mr2.report.limits import DEFAULT_MAX_CLASSES
 from mr2.report.run_dir import RunRecord
 from mr2.report.settings import ReportSettings
 
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         default=None,
         help="largest number of classes a predictions file may make (class ids below K; default: "
-        "10000); a stray huge class id is refused instead of allocating a K x K confusion matrix",
+        f"{DEFAULT_MAX_CLASSES}); a stray huge class id is refused instead of allocating a K x K "
+        "confusion matrix",
     )
     parser.add_argument(
         "--reference",
@@ -116,7 +118,6 @@ def settings_from_args(args: argparse.Namespace) -> ReportSettings:
 
 
 def _load(args: argparse.Namespace) -> list[RunRecord]:
-    from mr2.report.limits import DEFAULT_MAX_CLASSES
     from mr2.report.predictions import load_predictions, read_class_names
     from mr2.report.run_dir import load_runs
 
