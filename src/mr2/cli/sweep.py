@@ -73,7 +73,7 @@ def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
             launcher[key] = value
         data["launcher"] = launcher
     if args.overrides:
-        if "base_config" in data:
+        if isinstance(data.get("base_config"), str):
             from mr2.config import load_yaml
 
             base_file = data.pop("base_config")
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             raise SweepSpecError("give a sweep file or --preset NAME (one of them).")
         source = preset_path(args.preset) if args.preset is not None else Path(args.spec)
         raw = load_yaml(source)
-        if "base_config" in raw and not Path(raw["base_config"]).is_absolute():
+        if isinstance(raw.get("base_config"), str) and not Path(raw["base_config"]).is_absolute():
             raw["base_config"] = str(source.parent / raw["base_config"])
         data = _apply_arguments(raw, args)
         spec = spec_from_dict(data, source=source, default_name=args.preset or source.stem)

@@ -7,7 +7,8 @@ the file and the line:
 - no anchors or aliases (``&name`` / ``*name``): an alias shares a value, and a few lines of them
   expand to gigabytes wherever the value is copied, serialised or formatted ("billion laughs");
 - no key given twice in one mapping (YAML would silently keep the last);
-- at most :data:`MAX_NESTING` levels of nesting, at most :data:`MAX_CONFIG_BYTES` bytes, UTF-8;
+- at most :data:`MAX_NESTING` levels of nested mappings and lists;
+- at most :data:`MAX_CONFIG_BYTES` bytes of UTF-8 text;
 - the top level of a file is a mapping (an empty file is an empty mapping).
 """
 
@@ -57,28 +58,12 @@ class _Refused(yaml.YAMLError):
         self.line = None if mark is None else mark.line + 1
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``SafeLoader`` that refuses anchors, aliases, duplicate keys and deep nesting."""
+#: libyaml's parser where PyYAML has it (about ten times faster than the pure-Python one).
+_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise _Refused(ALIAS.format(token=f"*{event.anchor}"), event.start_mark)
-        anchor = getattr(event, "anchor", None)
-        if anchor is not None:
-            raise _Refused(ALIAS.format(token=f"&{anchor}"), event.start_mark)
-        self._depth += 1
-        if self._depth > MAX_NESTING:
-            raise _Refused(TOO_DEEP.format(limit=MAX_NESTING), event.start_mark)
-        try:
-            node: yaml.Node = super().compose_node(parent, index)  # type: ignore[assignment]
-            return node
-        finally:
-            self._depth -= 1
+class _StrictLoader(_BASE_LOADER):
+    """``SafeLoader`` (libyaml's where available) that refuses a key given twice in a mapping."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -94,6 +79,29 @@ class _StrictLoader(yaml.SafeLoader):
                 raise _Refused(DUPLICATE_KEY.format(key=key), key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def _check_events(text: str) -> None:
+    """Refuse anchors, aliases and deep nesting from the event stream, before anything is built
+    (an alias is never resolved, a deep document never composed)."""
+    loader = _BASE_LOADER(text)
+    depth = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.AliasEvent):
+                raise _Refused(ALIAS.format(token=f"*{event.anchor}"), event.start_mark)
+            anchor = getattr(event, "anchor", None)
+            if anchor is not None:
+                raise _Refused(ALIAS.format(token=f"&{anchor}"), event.start_mark)
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise _Refused(TOO_DEEP.format(limit=MAX_NESTING), event.start_mark)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    finally:
+        loader.dispose()
 
 
 def _one_line(error: yaml.YAMLError) -> str:
@@ -126,8 +134,10 @@ def parse_yaml(text: str, source: str) -> Any:
         ...     print(str(error)[:61])
         config file c.yaml, line 1: YAML anchors and aliases (&x) are
     """
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        _check_events(text)
+        loader = _StrictLoader(text)
         return loader.get_single_data()
     except _Refused as refused:
         if source.startswith("config file "):
@@ -142,7 +152,8 @@ def parse_yaml(text: str, source: str) -> Any:
     except RecursionError:  # pragma: no cover - the nesting limit comes first
         raise ConfigError(f"{source}: {TOO_DEEP.format(limit=MAX_NESTING)}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:

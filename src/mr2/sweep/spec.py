@@ -280,6 +280,8 @@ def _check_report(report: ReportOptions) -> None:
 
 def _seeds(raw: int | list[Any]) -> list[int]:
     """The seeds (a count n: 0 .. n - 1), at most :data:`MAX_SEEDS`, checked before expanding."""
+    if not is_int(raw) and not isinstance(raw, list):
+        raise _wrong("seeds", "a non-empty list of integers or a count", raw)
     if isinstance(raw, int):
         _at_least(raw, "seeds", 1)
         if raw > MAX_SEEDS:
