@@ -165,13 +165,13 @@ def parse_launcher_option(text: str) -> tuple[str, Any]:
         >>> parse_launcher_option("gpus_per_run=2"), parse_launcher_option("partition=gpu")
         (('gpus_per_run', 2), ('partition', 'gpu'))
     """
-    import yaml
+    from mr2.config.loading import parse_yaml
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(NOT_KEY_VALUE.format(value=text))
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
+    try:  # the rules of user YAML (no aliases: parse_yaml); text that is not YAML stays text
+        parsed = parse_yaml(value, f"--launcher-option {text!r}") if value.strip() else ""
+    except ConfigError:
         parsed = value
     return key.strip(), parsed

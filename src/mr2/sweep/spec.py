@@ -31,7 +31,11 @@ A sweep file (YAML) looks like::
 Keys of a method entry (and of ``grid``) are dotted paths into the run configuration
 (``method.options.c_bar``, ``optim.lr``, ``model.name``). A list value is a grid axis; to fix a key
 whose value is itself a list, give a one-element axis: ``model.options.hidden: [[64, 32]]``.
-Every problem raises :class:`SweepSpecError` naming the key.
+Every problem raises :class:`SweepSpecError` naming the key. Stated maxima, checked before
+anything is expanded: :data:`MAX_SEEDS` seeds (each at most :data:`MAX_SEED`), :data:`MAX_RUNS`
+planned runs (settings x seeds, counted from the axes' lengths), :data:`MAX_WORKERS` workers,
+threads and processes per run, :data:`MAX_BOOTSTRAP` bootstrap resamples. A file is read with the
+rules of :func:`mr2.config.loading.parse_yaml` (no anchors or aliases, no duplicate keys).
 """
 
 from __future__ import annotations
