@@ -101,6 +101,23 @@ def test_mr2_loss_accumulates_through_its_statistics():
     torch.testing.assert_close(accumulated.temperatures(), large.temperatures())
 
 
+def test_buffers_are_updated_in_place():
+    # DDP's buffer broadcast keeps references to the module's buffers (pytorch issue 63916): an
+    # update that rebinds a buffer would leave DDP syncing a stale tensor.
+    loss = MR2Loss(NUM_CLASSES, momentum=MOMENTUM, feature_dim=DIM, lambda_rep=0.5)
+    buffers = dict(loss.named_buffers())
+    pointers = {name: value.data_ptr() for name, value in buffers.items()}
+    batches = optimiser_steps()
+    loss(torch.randn(12, NUM_CLASSES), *batches[0])
+    with loss.statistics.accumulate():
+        for x, y in micro(batches[1], 3):
+            loss(torch.randn(len(y), NUM_CLASSES), x, y)
+    loss.statistics.moments()
+    for name, value in loss.named_buffers():
+        assert value is buffers[name] and value.data_ptr() == pointers[name], name
+    assert loss.statistics.samples_seen.sum() == 24
+
+
 def test_an_exception_inside_accumulate_drops_the_pending_sums():
     stats = ClassFeatureStatistics(NUM_CLASSES, DIM)
     with pytest.raises(RuntimeError, match="stop"), stats.accumulate():

@@ -29,6 +29,7 @@ from integrations.tiny_lightning import (
 )
 from mr2.integrations.lightning import MR2StatisticsCallback, statistics_modules
 from mr2.report.confusion import confusion_matrix
+from mr2.report.tiers import TierSplit
 
 pytestmark = [
     # Lightning's own deprecation of torch's pytree API and its advice on worker counts.
@@ -96,7 +97,9 @@ def _sized_loader(sizes: list[int]) -> torch.utils.data.DataLoader:
 
 
 def test_logged_disparity_scalars_read_back_from_tensorboard(tmp_path):
-    module = TinyMR2Module()
+    # Tiers fixed from a reference run's accuracy: classes 2, 3 easy, 0 medium, 1 hard.
+    reference = TierSplit.from_accuracy([0.6, 0.2, 0.9, 0.8], 3, ranked_by="reference run")
+    module = TinyMR2Module(tiers=reference)
     logger = TensorBoardLogger(tmp_path, name="tb")
     trainer(tmp_path, max_epochs=2, logger=logger, log_every_n_steps=1).fit(module, loader(8), loader(16))
     events = EventAccumulator(str(Path(logger.log_dir)))
@@ -116,6 +119,9 @@ def test_logged_disparity_scalars_read_back_from_tensorboard(tmp_path):
         assert len(logged) == 2  # one per validation epoch
         assert logged[-1].value == pytest.approx(accuracy, abs=1e-6)
     assert events.Scalars("val/worst_class_accuracy")[-1].value == pytest.approx(min(by_class), abs=1e-6)
+    expected_tiers = {"easy": (by_class[2] + by_class[3]) / 2, "medium": by_class[0], "hard": by_class[1]}
+    for tier, accuracy in expected_tiers.items():
+        assert events.Scalars(f"val/tier/{tier}")[-1].value == pytest.approx(accuracy, abs=1e-6)
 
 
 WORKER = Path(__file__).with_name("lightning_ddp_worker.py")

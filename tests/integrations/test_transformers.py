@@ -26,6 +26,7 @@ from mr2.integrations.transformers import (
     MR2StatisticsCallback,
 )
 from mr2.report.confusion import confusion_matrix
+from mr2.report.tiers import TierSplit
 
 NUM_CLASSES, IN_DIM, FEATURE_DIM = 4, 8, 6
 CLASS_NAMES = ["T-shirt/top", "sea lion", "cat", "dog"]
@@ -51,7 +52,10 @@ def tiny_model() -> ClassifierForTrainer:
     return ClassifierForTrainer(net, MR2Loss(NUM_CLASSES, feature_dim=FEATURE_DIM, momentum=0.6))
 
 
-def make_trainer(model: ClassifierForTrainer, out: Path, callbacks: list[Any] = (), **options: Any) -> Trainer:
+def make_trainer(
+    model: ClassifierForTrainer, out: Path, callbacks: list[Any] = (), tiers: TierSplit | None = None,
+    **options: Any,
+) -> Trainer:
     settings: dict[str, Any] = {
         "output_dir": str(out),
         "per_device_train_batch_size": 8,
@@ -74,7 +78,7 @@ def make_trainer(model: ClassifierForTrainer, out: Path, callbacks: list[Any] = 
         train_dataset=Pixels(),
         eval_dataset=Pixels(size=32, seed=5),
         compute_loss_func=MR2ComputeLoss(model.criterion),
-        compute_metrics=DisparityMetrics(NUM_CLASSES, CLASS_NAMES),
+        compute_metrics=DisparityMetrics(NUM_CLASSES, CLASS_NAMES, tiers=tiers),
         callbacks=[MR2StatisticsCallback(model.criterion), *callbacks],
     )
 
@@ -147,7 +151,8 @@ def test_accumulated_loss_is_the_mean_over_the_accumulated_batch():
 
 def test_compute_metrics_scalars_read_back_from_tensorboard(tmp_path):
     model = tiny_model()
-    trainer = make_trainer(model, tmp_path, report_to=["tensorboard"], eval_strategy="steps",
+    reference = TierSplit.from_accuracy([0.6, 0.2, 0.9, 0.8], 3, ranked_by="reference run")
+    trainer = make_trainer(model, tmp_path, tiers=reference, report_to=["tensorboard"], eval_strategy="steps",
                            eval_steps=4, logging_strategy="steps", logging_steps=4)
     trainer.train()
     (event_file,) = (tmp_path / "runs").glob("*/events.out.tfevents.*")
@@ -163,3 +168,7 @@ def test_compute_metrics_scalars_read_back_from_tensorboard(tmp_path):
         assert [point.step for point in logged] == [4, 8]
         assert logged[-1].value == pytest.approx(accuracy, abs=1e-6)
     assert events.Scalars("eval/worst_class_accuracy")[-1].value == pytest.approx(min(by_class), abs=1e-6)
+    # eval set: 8 samples per class, so a tier's accuracy is the mean of its classes'.
+    expected_tiers = {"easy": (by_class[2] + by_class[3]) / 2, "medium": by_class[0], "hard": by_class[1]}
+    for tier, accuracy in expected_tiers.items():
+        assert events.Scalars(f"eval/tier/{tier}")[-1].value == pytest.approx(accuracy, abs=1e-6)

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from mr2 import MR2Loss
 from mr2.integrations.lightning import MR2StatisticsCallback, log_disparity, log_mr2_parts
 from mr2.metrics import ClasswiseDisparity
+from mr2.report.tiers import TierSplit
 
 NUM_CLASSES, IN_DIM, FEATURE_DIM = 4, 8, 6
 CLASS_NAMES = ["T-shirt/top", "sea lion", "cat", "dog"]
@@ -26,13 +27,13 @@ def dataset(size: int = 64, seed: int = 3) -> TensorDataset:
 
 
 class TinyMR2Module(pl.LightningModule):
-    def __init__(self, lr: float = 0.1, **loss_options: Any) -> None:
+    def __init__(self, lr: float = 0.1, tiers: TierSplit | None = None, **loss_options: Any) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.body = nn.Sequential(nn.Linear(IN_DIM, FEATURE_DIM), nn.Tanh())
         self.head = nn.Linear(FEATURE_DIM, NUM_CLASSES)
         self.criterion = MR2Loss(NUM_CLASSES, feature_dim=FEATURE_DIM, momentum=0.6, **loss_options)
-        self.val_disparity = ClasswiseDisparity(NUM_CLASSES, class_names=CLASS_NAMES)
+        self.val_disparity = ClasswiseDisparity(NUM_CLASSES, class_names=CLASS_NAMES, tiers=tiers)
         self.lr = lr
 
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
