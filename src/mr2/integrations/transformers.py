@@ -68,6 +68,16 @@ class ClassifierForTrainer(nn.Module):
             :class:`MR2ComputeLoss` too.
         head: dotted name of the module producing the logits (default: timm's
             ``get_classifier()`` or the last ``nn.Linear``).
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+        >>> model = ClassifierForTrainer(net, MR2Loss(3, feature_dim=5))
+        >>> outputs = model(torch.randn(6, 4))
+        >>> outputs["logits"].shape, outputs["features"].shape
+        (torch.Size([6, 3]), torch.Size([6, 5]))
+        >>> loss = MR2ComputeLoss(model.criterion)(outputs, torch.tensor([0, 1, 2, 0, 1, 2]))
+        >>> sorted(k for k in model.state_dict() if k.startswith("criterion."))[:2]
+        ['criterion.statistics.batch_mean_sq_norm', 'criterion.statistics.batch_spread']
     """
 
     def __init__(self, model: nn.Module, criterion: MR2Loss, head: str | None = None) -> None:

@@ -113,7 +113,8 @@ class ClassFeatureStatistics(nn.Module):
     batch of size ``B`` to float32 rounding;
     meanwhile the statistics keep the values of the last applied step (the loss of every
     micro-batch uses them). Deferral needs the default ``estimator="pooled"`` and ``norm_p=2``. The
-    pending sums are plain tensors, not buffers: not in the ``state_dict`` (apply before saving),
+    pending sums are plain tensors, not buffers: not in the ``state_dict`` (apply them before saving
+    or moving the module),
     and never overwritten by DDP's buffer broadcast (each rank adds up its own micro-batches; the
     sums are all-reduced once, in :meth:`apply_accumulated`).
 
@@ -464,6 +465,15 @@ class ClassFeatureStatistics(nn.Module):
             optimizer.step()
 
         On an exception the pending sums are dropped. Deferral stays on if it was on before.
+
+        >>> stats = ClassFeatureStatistics(num_classes=2, feature_dim=1, momentum=0.5)
+        >>> with stats.accumulate():
+        ...     stats.update(torch.tensor([[1.0], [3.0]]), torch.tensor([0, 1]))
+        ...     stats.update(torch.tensor([[5.0]]), torch.tensor([0]))
+        ...     stats.seen().tolist()  # nothing applied inside the block
+        [False, False]
+        >>> stats.means().squeeze(1).tolist(), stats.samples_seen.tolist()  # as one batch of 3
+        ([3.0, 3.0], [2, 1])
         """
         self.check_deferrable()
         was_deferred, self.deferred = self.deferred, True
