@@ -139,6 +139,20 @@ def test_non_finite_micro_batch_is_refused_and_not_added():
     assert stats.samples_seen.sum().item() == 6
 
 
+def test_without_value_checks_a_non_finite_micro_batch_is_dropped_without_a_host_sync():
+    stats = ClassFeatureStatistics(NUM_CLASSES, DIM, momentum=MOMENTUM, check_values=False)
+    reference = ClassFeatureStatistics(NUM_CLASSES, DIM, momentum=MOMENTUM)
+    x, y = optimiser_steps()[0]
+    bad = x[6:].clone()
+    bad[0, 0] = 1e30
+    with stats.accumulate():
+        stats.update(x[:6], y[:6])
+        stats.update(bad, y[6:])
+    reference.update(x[:6], y[:6])
+    for name, value in reference.state_dict().items():
+        torch.testing.assert_close(stats.state_dict()[name], value, msg=name)
+
+
 @pytest.mark.parametrize("options", [{"estimator": "batch"}, {"norm_p": 5.0}])
 def test_deferral_needs_the_pooled_l2_statistics(options):
     stats = ClassFeatureStatistics(NUM_CLASSES, DIM, **options)
