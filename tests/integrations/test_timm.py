@@ -56,3 +56,43 @@ def test_training_steps_through_the_recipe_and_the_wrapper_agree():
     for name, value in runs[0][1].items():
         torch.testing.assert_close(runs[1][1][name], value, rtol=1e-4, atol=1e-5, msg=name)
     assert runs[0][1]["samples_seen"].tolist() == [6] * NUM_CLASSES
+
+
+def test_resume_from_timm_checkpoint_saver_restores_the_statistics(tmp_path):
+    # The recipe of docs/integrations.md: the loss attached to the timm model, so timm's own
+    # CheckpointSaver / resume_checkpoint save and restore its statistics with the weights.
+    from timm.models import resume_checkpoint
+    from timm.utils import CheckpointSaver
+
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 1, 28, 28, generator=generator), torch.arange(8) % NUM_CLASSES)
+               for _ in range(4)]
+
+    def build() -> tuple[torch.nn.Module, MR2Loss, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = timm.create_model("test_efficientnet", pretrained=False, num_classes=NUM_CLASSES, in_chans=1)
+        criterion = MR2Loss(NUM_CLASSES, feature_dim=model.num_features)
+        model.add_module("mr2_loss", criterion)
+        return model, criterion, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(model, criterion, optimizer, steps) -> None:
+        for images, target in steps:
+            loss = criterion(*logits_and_features(model, images), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    uninterrupted = build()
+    train(*uninterrupted, batches)
+
+    stopped = build()
+    train(*stopped, batches[:2])
+    saver = CheckpointSaver(stopped[0], stopped[2], checkpoint_dir=str(tmp_path), recovery_dir=str(tmp_path))
+    saver.save_checkpoint(epoch=0)
+
+    resumed = build()  # fresh statistics: they must come from the checkpoint
+    resume_checkpoint(resumed[0], str(tmp_path / "last.pth.tar"), resumed[2], log_info=False)
+    assert resumed[1].statistics.samples_seen.sum() == 16
+    train(*resumed, batches[2:])
+    for name, value in uninterrupted[1].statistics.state_dict().items():
+        assert torch.equal(resumed[1].statistics.state_dict()[name], value), name
