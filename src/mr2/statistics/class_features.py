@@ -424,13 +424,14 @@ class ClassFeatureStatistics(nn.Module):
         Call it once per optimiser step (after the last micro-batch's backward, before or after
         ``optimizer.step()``: the statistics are not parameters). Under torch.distributed EVERY rank
         must call it (one all-reduce of the pending sums). Equal, to float32 rounding, to
-        :meth:`update` with the concatenation of the micro-batches. Nothing pending (eval mode, or
-        deferral off): no-op, except that every rank still joins the all-reduce when distributed.
+        :meth:`update` with the concatenation of the micro-batches. Nothing pending: no-op, except
+        that with deferral on every rank still joins the all-reduce when distributed (another rank
+        may have sums pending); with deferral off nothing pending ever, no communication.
         """
         pending, self._pending_sums = self._pending_sums, None
         distributed_run = distributed.is_distributed(self.process_group)
         if pending is None:
-            if not distributed_run or self.feature_dim is None:
+            if not (self.deferred and distributed_run) or self.feature_dim is None:
                 return
             zeros = self.count.new_zeros(self.num_classes)
             pending = (zeros, self.feature_sum.new_zeros(self.feature_sum.shape), zeros.clone())
