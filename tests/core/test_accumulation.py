@@ -3,10 +3,15 @@ optimiser step (default vs deferred) and under autocast bf16/fp16 on CPU."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+import torch.distributed as dist
 
 from core.oracles import pooled_statistics
+from core.test_distributed import torchrun
 from mr2 import MR2Loss
 from mr2.checks import MR2InputError
 from mr2.statistics.class_features import DEFER_NEEDS_POOLED_L2, ClassFeatureStatistics
@@ -201,3 +206,25 @@ def test_statistics_stay_float32_under_cpu_autocast(dtype, deferred):
             assert value.dtype == torch.float32, name
         torch.testing.assert_close(value, expected, rtol=1e-6, atol=1e-5, msg=name)
     assert under_autocast.temperatures().dtype == torch.float32
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
+def test_two_ranks_accumulating_equal_one_process_with_the_global_batches(tmp_path):
+    worker = Path(__file__).with_name("ddp_accumulation_worker.py")
+    torchrun(worker, str(tmp_path))
+    sys.path.insert(0, str(worker.parent))
+    import ddp_accumulation_worker as setup
+
+    global_batches = [
+        (torch.cat([x for rank in step for x, _ in rank]), torch.cat([y for rank in step for _, y in rank]))
+        for step in setup.global_steps()
+    ]
+    single = ClassFeatureStatistics(setup.NUM_CLASSES, setup.DIM, momentum=setup.MOMENTUM)
+    for x, y in global_batches:
+        single.update(x, y)
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(2)]
+    for name, value in single.state_dict().items():
+        assert torch.equal(ranks[1]["state"][name], ranks[0]["state"][name]), name
+        torch.testing.assert_close(ranks[0]["state"][name], value, rtol=1e-5, atol=1e-5, msg=name)
+    assert [r["idle_all_reduces"] for r in ranks] == [0, 0]
