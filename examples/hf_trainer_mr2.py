@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         compute_metrics=DisparityMetrics(num_classes, data.class_names),
         callbacks=[MR2StatisticsCallback(model.criterion)],
     )
-    trainer.train(resume_from_checkpoint=args.resume)
-    metrics = trainer.evaluate()
+    # The features are needed for the loss, not for the metrics: not gathered over the eval set.
+    trainer.train(resume_from_checkpoint=args.resume, ignore_keys_for_eval=["features"])
+    metrics = trainer.evaluate(ignore_keys=["features"])
     print({k: round(v, 4) for k, v in metrics.items() if "class_accuracy/" not in k})
     return {"metrics": metrics, "statistics": model.criterion.statistics.state_dict()}
 

@@ -175,7 +175,9 @@ class DisparityMetrics:
     """The Trainer's ``compute_metrics``: ``ClasswiseDisparity(...).to_log_dict()`` of the predictions.
 
     ``EvalPrediction.predictions`` may be the logits [N, K] or a tuple whose first item is the logits
-    (``(logits, features)`` from :class:`ClassifierForTrainer`). Returns the flat ``{name: float}``
+    (``(logits, features)`` from :class:`ClassifierForTrainer`; ``ignore_keys=["features"]`` in
+    ``evaluate`` and ``ignore_keys_for_eval`` in ``train`` keep the Trainer from gathering the
+    features of the whole evaluation set). Returns the flat ``{name: float}``
     of :meth:`~mr2.metrics.ClasswiseDisparity.to_log_dict`: overall, worst/best class, difference,
     tiers (with ``tiers``, fixed from a reference run) and ``class_accuracy/<name>``.
     """
