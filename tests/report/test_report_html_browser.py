@@ -63,7 +63,8 @@ def errors_in(events: list[dict[str, Any]]) -> list[Any]:
 
 def test_report_html_in_headless_chromium(comparison_runs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "report"
-    write_report(load_runs(comparison_runs), out, bootstrap_resamples=50)
+    # Five tiers: the bootstrap table has 10 columns of intervals, wider than the page.
+    write_report(load_runs(comparison_runs), out, bootstrap_resamples=50, num_tiers=5)
     page = out / "report.html"
     data = json.loads((out / "report.json").read_text())
     assert CHROMIUM is not None
@@ -128,6 +129,15 @@ def test_report_html_in_headless_chromium(comparison_runs: list[Path], tmp_path:
         click_header(browser, "tier")
         tiers = [r[3][0] for r in browser.evaluate(ROWS_JS)]
         assert tiers == sorted(tiers)
+
+        # Nothing widens the page past the viewport: wide tables (the bootstrap intervals) scroll
+        # sideways in their own box.
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
+        bootstrap_box = browser.evaluate(
+            "(function () { var t = document.querySelector('#bootstrap');"
+            " return [t.scrollWidth, t.parentElement.clientWidth, getComputedStyle(t.parentElement).overflowX]; })()"
+        )
+        assert bootstrap_box[2] == "auto" and bootstrap_box[0] > bootstrap_box[1]
 
         click_header(browser, "mr2 accuracy")  # leave the screenshot sorted
         metrics = browser.call("Page.getLayoutMetrics")["cssContentSize"]

@@ -114,3 +114,26 @@ def test_scatter_points_carry_their_class_names(tmp_path: Path) -> None:
     extremes = set(ranked[:20].tolist()) | set(ranked[-20:].tolist())
     assert set(labelled) >= extremes
     assert len(set(labelled) - extremes) <= 5  # at most the x axis's tick labels (0, 20, ... 80)
+
+
+def test_tier_bars_draw_no_error_bar_without_an_interval() -> None:
+    # One seed (std NaN everywhere) draws bars only; a NaN std of one tier drops that tier's bar; a
+    # std of 0 over seeds is a real, zero-height interval and keeps its bar.
+    figure = plots.tier_bars_figure(
+        {"one_seed": [0.85, 0.71, 0.57], "seeds": [0.85, 0.72, 0.59], "same": [0.8, 0.7, 0.6]},
+        {"one_seed": [np.nan] * 3, "seeds": [0.01, np.nan, 0.02], "same": [0.0, 0.0, 0.0]},
+        ("easy", "medium", "hard"),
+    )
+    bars = {container.get_label(): container for container in figure.axes[0].containers
+            if hasattr(container, "patches")}
+    assert set(bars) == {"one_seed", "seeds", "same"}
+    assert bars["one_seed"].errorbar is None
+
+    def drawn(label: str) -> list[tuple[float, float]]:
+        errorbar = bars[label].errorbar
+        assert errorbar is not None
+        (lines,) = errorbar.lines[2]
+        return [(float(s[0, 1]), float(s[1, 1])) for s in lines.get_segments() if len(s)]
+
+    assert drawn("seeds") == [(84.0, 86.0), (57.0, 61.0)]
+    assert drawn("same") == [(80.0, 80.0), (70.0, 70.0), (60.0, 60.0)]

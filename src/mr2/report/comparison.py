@@ -128,6 +128,8 @@ class Comparison:
         metrics: the table's columns, ``(summary key, header)``.
         alpha: significance level used to mark differences in the markdown table.
         bootstrap: per run name, bootstrap intervals of each table metric (empty if not requested).
+        tier_source: the split of the reference runs that ranked the tiers (``"test"`` or
+            ``"validation"``).
     """
 
     reference: str
@@ -136,6 +138,7 @@ class Comparison:
     metrics: list[tuple[str, str]]
     alpha: float = 0.05
     bootstrap: dict[str, dict[str, ConfidenceInterval]] = field(default_factory=dict)
+    tier_source: str = "test"
 
     def method(self, name: str) -> MethodSummary:
         """The summary of one method."""
@@ -330,4 +333,5 @@ def compare_runs(
         metrics=metrics,
         alpha=alpha,
         bootstrap=intervals,
+        tier_source=tier_source,
     )

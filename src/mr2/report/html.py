@@ -20,18 +20,21 @@ from mr2.report.comparison import Comparison
 from mr2.report.diagnostics import ClassDiagnostics
 from mr2.report.markdown import (
     DIAGNOSTICS_NOTE,
-    TIER_NOTE,
     PlotFile,
     bootstrap_heading,
     missing_classes_line,
     overview_line,
+    tier_note,
+    worst_classes_line,
 )
 from mr2.report.tables import (
+    PAIRED_TEST_NEEDS_SEEDS,
     Cell,
     Table,
     bootstrap_table,
     diagnostics_table,
     difference_table,
+    missing_p_values,
     per_class_table,
     run_list_table,
     sign_table,
@@ -92,6 +95,11 @@ def html_table(table: Table, *, table_id: str | None = None, sortable: bool = Fa
     )
 
 
+def _wide(table_html: str) -> str:
+    """A table that may be wider than the page scrolls sideways inside it instead of widening it."""
+    return f'<div class="wide">{table_html}</div>'
+
+
 def _comparison_section(comparison: Comparison) -> str:
     # User text (the reference's label, the tiers' names) is escaped on its own, never passed
     # through _markup: a label holding ** or backticks must not become tags.
@@ -102,17 +110,19 @@ def _comparison_section(comparison: Comparison) -> str:
         f"<p>Reference method: <strong>{reference}</strong>. Tiers ranked by "
         f"{html.escape(tiers.ranked_by, quote=False)}; classes per tier: {html.escape(sizes, quote=False)}. "
         "Accuracies in %, mean ± std over seeds.</p>",
-        html_table(summary_table(comparison), table_id="summary"),
+        _wide(html_table(summary_table(comparison), table_id="summary")),
     ]
     if len(comparison.methods) > 1:
         parts += [
             f"<p>Difference to {reference} in percentage points (paired t-test over seeds; * marks "
             f"p &lt; {comparison.alpha:g}, no multiple-comparison correction):</p>",
-            html_table(difference_table(comparison), table_id="difference"),
+            _wide(html_table(difference_table(comparison), table_id="difference")),
             f"<p>Per-class sign test against {reference} (per-class accuracy averaged over seeds; "
             "exact binomial test, ties dropped):</p>",
-            html_table(sign_table(comparison), table_id="sign-test"),
+            _wide(html_table(sign_table(comparison), table_id="sign-test")),
         ]
+        if missing_p_values(comparison):
+            parts.append(f'<p class="note">{html.escape(PAIRED_TEST_NEEDS_SEEDS, quote=False)}</p>')
     return "\n".join(parts)
 
 
@@ -143,23 +153,25 @@ def report_html(
     missing = missing_classes_line(comparison)
     bootstrap = ""
     if comparison.bootstrap:
-        bootstrap = f"<h2>{html.escape(bootstrap_heading(confidence))}</h2>\n" + html_table(
-            bootstrap_table(comparison), table_id="bootstrap"
+        bootstrap = f"<h2>{html.escape(bootstrap_heading(confidence))}</h2>\n" + _wide(
+            html_table(bootstrap_table(comparison), table_id="bootstrap")
         )
     table = diagnostics_table(diagnostics)
     diagnostics_html = ""
     if table is not None:
         diagnostics_html = (
             "<h2>Diagnostics: which classes get the larger margins?</h2>\n"
-            f'<p class="note">{_markup(DIAGNOSTICS_NOTE)}</p>\n' + html_table(table, table_id="diagnostics")
+            f'<p class="note">{_markup(DIAGNOSTICS_NOTE)}</p>\n'
+            + _wide(html_table(table, table_id="diagnostics"))
         )
     return template.substitute(
         title=html.escape(f"Class-wise disparity report: {overview_line(comparison)}"),
         overview=html.escape(overview_line(comparison), quote=False),
+        worst=html.escape(worst_classes_line(comparison), quote=False),
         missing=f"<p>{html.escape(missing, quote=False)}</p>" if missing else "",
-        runs=html_table(run_list_table(comparison), table_id="runs"),
+        runs=_wide(html_table(run_list_table(comparison), table_id="runs")),
         comparison=_comparison_section(comparison),
-        tier_note=_markup(TIER_NOTE),
+        tier_note=_markup(tier_note(comparison)),
         bootstrap=bootstrap,
         diagnostics=diagnostics_html,
         per_class='<div class="scroll">'

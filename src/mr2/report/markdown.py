@@ -15,15 +15,24 @@ import numpy as np
 from mr2.report.comparison import Comparison
 from mr2.report.diagnostics import ClassDiagnostics
 from mr2.report.tables import (
+    PAIRED_TEST_NEEDS_SEEDS,
+    Table,
     bootstrap_table,
     comparison_markdown,
     diagnostics_table,
     escape_markdown,
+    format_percent,
+    hardest_first,
     markdown_table,
+    missing_p_values,
+    per_class_table,
     run_list_table,
 )
 
 __all__ = ["PlotFile", "report_markdown"]
+
+#: How many of each method's worst classes the summary names.
+WORST_CLASSES_NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -48,23 +57,88 @@ def missing_classes_line(comparison: Comparison) -> str | None:
     )
 
 
+#: Predictions files named in the heading before it says "and N more".
+_FILES_NAMED = 6
+
+
+def _source(comparison: Comparison) -> str:
+    """What the runs were evaluated on: the data set's name, else the predictions files' names."""
+    runs = [run for summary in comparison.methods for run in summary.runs]
+    if runs[0].dataset:
+        return runs[0].dataset
+    # A run read from a predictions file has a path and no run configuration.
+    files = [run.path.name for run in runs if run.path is not None and run.config is None]
+    if not files or len(files) != len(runs):
+        return "unknown data set"
+    shown = ", ".join(files[:_FILES_NAMED])
+    if len(files) > _FILES_NAMED:
+        shown += f" and {len(files) - _FILES_NAMED} more"
+    return f"predictions files: {shown}"
+
+
 def overview_line(comparison: Comparison) -> str:
-    """``N runs on DATASET (K classes, SPLIT split, N samples).``"""
+    """``N runs on DATASET (K classes, SPLIT split, N samples).``; DATASET is ``predictions files:
+    a.npz, b.csv`` for a report of predictions files."""
     first = comparison.methods[0].runs[0]
     num_runs = sum(len(summary.runs) for summary in comparison.methods)
-    dataset = first.dataset or "unknown data set"
+    dataset = _source(comparison)
     return (
         f"{num_runs} runs on {dataset} ({first.num_classes} classes, {first.split} split, "
         f"{int(first.support.sum())} samples)."
     )
 
 
+def worst_classes_line(comparison: Comparison) -> str:
+    """The summary's sentence naming each method's worst classes (mean accuracy over seeds, %):
+    ``Worst classes (...): erm: Shirt 35.00, Coat 55.00, ...; mr2: ...``. A class without a name
+    is ``class <id>``; classes without samples are left out; ties go to the lower class id."""
+    first = comparison.methods[0].runs[0]
+    names = first.class_names
+    parts = []
+    for summary in comparison.methods:
+        accuracy = summary.per_class_mean
+        order = [int(k) for k in np.argsort(accuracy, kind="stable") if not np.isnan(accuracy[k])]
+        shown = [
+            f"{names[k] if names is not None and names[k] else f'class {k}'} {format_percent(accuracy[k])}"
+            for k in order[:WORST_CLASSES_NAMED]
+        ]
+        parts.append(f"{summary.method}: {', '.join(shown)}")
+    return "Worst classes (mean accuracy over seeds, %): " + "; ".join(parts) + "."
+
+
 TIER_NOTE = (
     "Tier accuracy is the mean of the per-class accuracies of the tier's classes. Tiers come "
-    "from the reference method and are the same for every row. Ranking and evaluating on the "
-    "same test split favours the other methods slightly on the hard tier (regression to the "
-    "mean); `--tier-source validation` ranks on the validation split instead."
+    "from the reference method and are the same for every row."
 )
+#: Said after :data:`TIER_NOTE` only when the tiers were ranked on the test split.
+TEST_SPLIT_TIERS_NOTE = (
+    "Ranking and evaluating on the same test split favours the other methods slightly on the hard "
+    "tier (regression to the mean); `--tier-source validation` ranks on the validation split instead."
+)
+
+
+def tier_note(comparison: Comparison) -> str:
+    """The note under the comparison tables; the advice to rank on validation only when the tiers
+    were ranked on the test split."""
+    if comparison.tier_source == "test":
+        return f"{TIER_NOTE} {TEST_SPLIT_TIERS_NOTE}"
+    return TIER_NOTE
+
+
+PER_CLASS_NOTE = (
+    "One row per class, from the hardest (lowest ranking accuracy, the tiers' order) to the easiest: "
+    "test samples, tier, the accuracy that ranked it, each method's accuracy (mean over seeds, %) and "
+    "each method's change against the reference (percentage points). With many classes (K = 1000) "
+    "this is a long table; per_class.csv holds the same rows in class-id order, report.html sorts them "
+    "by any column."
+)
+
+
+def per_class_markdown(comparison: Comparison) -> list[str]:
+    """The per-class section's table as markdown lines, hardest class first."""
+    table = per_class_table(comparison)
+    ordered = Table(table.headers, table.align, [table.rows[k] for k in hardest_first(comparison)])
+    return markdown_table(ordered)
 
 DIAGNOSTICS_NOTE = (
     "Spearman rank correlation between each per-class quantity and the class error "
@@ -96,13 +170,16 @@ def report_markdown(
         "",
         escape_markdown(overview_line(comparison)),
         "",
+        escape_markdown(worst_classes_line(comparison)),
+        "",
         *([escape_markdown(missing), ""] if missing else []),
         *markdown_table(run_list_table(comparison)),
         "",
         "## Comparison",
         "",
         comparison_markdown(comparison),
-        TIER_NOTE,
+        *([PAIRED_TEST_NEEDS_SEEDS, ""] if missing_p_values(comparison) else []),
+        tier_note(comparison),
         "",
     ]
     if comparison.bootstrap:
@@ -117,6 +194,7 @@ def report_markdown(
             *markdown_table(table),
             "",
         ]
+    lines += ["## Per-class accuracy", "", PER_CLASS_NOTE, "", *per_class_markdown(comparison), ""]
     if plots:
         lines += ["## Plots", ""]
         for plot in plots:

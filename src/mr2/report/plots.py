@@ -36,6 +36,7 @@ __all__ = [
     "plot_tier_bars",
     "plot_training_evolution",
     "save_figure",
+    "tier_bars_figure",
 ]
 
 NO_CURVES = "nothing to plot: pass at least one curve"
@@ -224,6 +225,42 @@ def plot_statistic_vs_accuracy(
     return save_figure(figure, stem)
 
 
+def tier_bars_figure(
+    means: Mapping[str, ArrayLike],
+    stds: Mapping[str, ArrayLike],
+    tier_names: Sequence[str],
+    *,
+    title: str | None = None,
+) -> Figure:
+    """The figure of :func:`plot_tier_bars`: a NaN std (one seed) draws no error bar, a method with
+    no std at all none of them."""
+    arrays = _check_curves(means, len(tier_names))
+    spreads = _check_curves({m: stds[m] for m in arrays}, len(tier_names))
+    figure = Figure(figsize=(7.6, 4.0), layout="constrained")
+    axes = figure.subplots()
+    width = 0.8 / len(arrays)
+    positions = np.arange(len(tier_names))
+    for index, (label, values) in enumerate(arrays.items()):
+        spread = spreads[label]
+        # NaN entries draw nothing (matplotlib drops them); never a zero-height bar for "no interval".
+        error = None if np.isnan(spread).all() else 100 * spread
+        axes.bar(
+            positions + (index - (len(arrays) - 1) / 2) * width,
+            100 * values,
+            width,
+            yerr=error,
+            capsize=3,
+            label=label,
+        )
+    axes.set_xticks(positions, list(tier_names))
+    axes.set_ylabel("tier accuracy (%), mean ± std over seeds")
+    axes.set_title(title or "Accuracy per tier")
+    axes.grid(alpha=0.3, axis="y")
+    # Bars start at 0 (honest heights) and fill the axes: the legend goes to the right, outside.
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return figure
+
+
 def plot_tier_bars(
     means: Mapping[str, ArrayLike],
     stds: Mapping[str, ArrayLike],
@@ -241,29 +278,7 @@ def plot_tier_bars(
         stem: output path without suffix.
         title: figure title.
     """
-    arrays = _check_curves(means, len(tier_names))
-    spreads = _check_curves({m: stds[m] for m in arrays}, len(tier_names))
-    figure = Figure(figsize=(7.6, 4.0), layout="constrained")
-    axes = figure.subplots()
-    width = 0.8 / len(arrays)
-    positions = np.arange(len(tier_names))
-    for index, (label, values) in enumerate(arrays.items()):
-        error = np.nan_to_num(100 * spreads[label], nan=0.0)
-        axes.bar(
-            positions + (index - (len(arrays) - 1) / 2) * width,
-            100 * values,
-            width,
-            yerr=error,
-            capsize=3,
-            label=label,
-        )
-    axes.set_xticks(positions, list(tier_names))
-    axes.set_ylabel("tier accuracy (%), mean ± std over seeds")
-    axes.set_title(title or "Accuracy per tier")
-    axes.grid(alpha=0.3, axis="y")
-    # Bars start at 0 (honest heights) and fill the axes: the legend goes to the right, outside.
-    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    return save_figure(figure, stem)
+    return save_figure(tier_bars_figure(means, stds, tier_names, title=title), stem)
 
 
 def plot_training_evolution(

@@ -35,7 +35,9 @@ __all__ = [
     "escape_markdown",
     "format_p",
     "format_percent",
+    "hardest_first",
     "markdown_table",
+    "missing_p_values",
     "per_class_csv",
     "per_class_table",
     "run_list_table",
@@ -162,8 +164,27 @@ def summary_table(comparison: Comparison) -> Table:
     return table
 
 
+PAIRED_TEST_NEEDS_SEEDS = (
+    "No p-value where a method shares fewer than 2 seeds with the reference: the paired t-test "
+    "needs at least 2 seeds of both (runs of several seeds; predictions files labelled METHOD@SEED)."
+)
+
+
+def missing_p_values(comparison: Comparison) -> bool:
+    """Whether some paired t-test of the difference table is undefined (fewer than 2 common seeds):
+    its cells show the difference without a p-value and the page says why once
+    (:data:`PAIRED_TEST_NEEDS_SEEDS`)."""
+    return any(
+        math.isnan(test.pvalue)
+        for summary in comparison.methods
+        if summary.method != comparison.reference
+        for test in summary.paired.values()
+    )
+
+
 def difference_table(comparison: Comparison) -> Table:
-    """Each other method's difference to the reference (points) with its paired t-test p-value."""
+    """Each other method's difference to the reference (points) with its paired t-test p-value
+    (none where the test is undefined: see :func:`missing_p_values`)."""
     table = Table(
         ["method", "pairs", *(header for _, header in comparison.metrics)],
         ["left", "right", *(["right"] * len(comparison.metrics))],
@@ -178,12 +199,9 @@ def difference_table(comparison: Comparison) -> Table:
             pairs = max(pairs, test.num_pairs)
             mark = "*" if test.pvalue < comparison.alpha else ""
             difference = summary.difference[key]
-            cells.append(
-                Cell(
-                    f"{format_percent(difference, signed=True)}{mark} (p={format_p(test.pvalue)})",
-                    _value(difference),
-                )
-            )
+            p_value = "" if math.isnan(test.pvalue) else f" (p={format_p(test.pvalue)})"
+            text = f"{format_percent(difference, signed=True)}{mark}{p_value}"
+            cells.append(Cell(text, _value(difference)))
         table.rows.append([Cell(summary.method, summary.method), Cell(str(pairs), pairs), *cells])
     return table
 
@@ -335,13 +353,21 @@ def _per_class_columns(comparison: Comparison) -> tuple[list[str], list[list[Any
 
 
 def per_class_table(comparison: Comparison) -> Table:
-    """One row per class: id, name, support, tier, ranking accuracy and each method's mean accuracy
-    over seeds (percent)."""
+    """One row per class, in class-id order: id, name, support, tier, ranking accuracy, each method's
+    mean accuracy over seeds (percent), then each other method's change against the reference
+    (percentage points)."""
     header, columns = _per_class_columns(comparison)
+    base = comparison.methods[0]
+    others = comparison.methods[1:]
+    changes = [summary.per_class_mean - base.per_class_mean for summary in others]
     headers = ["class", "name", "support", "tier", "ranking accuracy"]
     headers += [f"{summary.method} accuracy" for summary in comparison.methods]
-    table = Table(headers, ["right", "left", "right", "left", *(["right"] * (len(header) - 4))])
-    for row in zip(*columns, strict=True):
+    headers += [f"{summary.method} change vs {base.method}" for summary in others]
+    table = Table(
+        headers, ["right", "left", "right", "left", *(["right"] * (len(header) - 4 + len(others)))]
+    )
+    change_rows = np.stack(changes, axis=1).tolist() if changes else [[] for _ in columns[0]]
+    for row, change in zip(zip(*columns, strict=True), change_rows, strict=True):
         class_id, name, support, tier = row[:4]
         table.rows.append(
             [
@@ -350,9 +376,24 @@ def per_class_table(comparison: Comparison) -> Table:
                 Cell(str(support), support),
                 Cell(tier, tier),
                 *(Cell(format_percent(v), _value(v)) for v in row[4:]),
+                *(Cell(format_percent(v, signed=True), _value(v)) for v in change),
             ]
         )
     return table
+
+
+def hardest_first(comparison: Comparison) -> list[int]:
+    """Class ids from the lowest ranking accuracy (the hardest, the tiers' order) to the highest; ties
+    by class id, classes without a ranking accuracy last.
+
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> tiers = SimpleNamespace(reference_accuracy=np.array([0.9, np.nan, 0.5, 0.9]))
+    >>> hardest_first(SimpleNamespace(tiers=tiers))
+    [2, 0, 3, 1]
+    """
+    order = np.argsort(comparison.tiers.reference_accuracy, kind="stable")
+    return [int(k) for k in order]
 
 
 def per_class_csv(comparison: Comparison) -> str:
