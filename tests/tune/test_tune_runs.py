@@ -7,6 +7,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -27,9 +28,10 @@ from mr2.tune.run import (
     TOO_MANY_SEEDS,
     UNKNOWN_CRITERION,
     make_request,
+    read_engine_runs,
     selection_spec,
 )
-from mr2.tune.selection import choose, read_candidate_runs
+from mr2.tune.selection import choose
 from sweep.conftest import write_npz
 
 #: Fields of final.json that describe the test split (everything but the validation section and the
@@ -51,6 +53,11 @@ def _config(tmp: Path, **data: object) -> Path:
     file = tmp / "run.yaml"
     file.write_text(yaml.safe_dump(config))
     return file
+
+
+def _chosen(request):
+    """The rule's choice, recomputed from every selection run's validation predictions."""
+    return choose(read_engine_runs(plan_sweep(selection_spec(request))), "hard_tier", seeds=request.seeds)
 
 
 def _groups(request) -> dict[str, list[Path]]:
@@ -81,7 +88,7 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     assert rule.split()[0] in out
     # The choice, recomputed from the validation sections, is the recorded one.
     request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"))
-    choice = choose(read_candidate_runs(_groups(request)), "hard_tier")
+    choice = _chosen(request)
     assert record["selection"]["recommended"] == choice.recommended == record["label"]
     assert record["selection"]["candidates"] == [s.to_dict() for s in choice.scores]
     assert [c["label"] for c in record["selection"]["candidates"]] == [
@@ -91,7 +98,15 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     assert record["criterion"] == "hard_tier" and record["mr2_version"]
     assert choice.explanation in out
     # The ready-to-paste block and the confirmation (test split, the chosen config and ERM).
-    block = out.split("paste into your run configuration):\n", 1)[1].split("Confirmation on fresh seeds")[0]
+    # The verdict, from the confirmation runs' per-sample test predictions (predictions/test.npz).
+    verdict = record["verdict"]
+    assert verdict["seeds"] == [3, 4, 5] and verdict["hard_classes"] == record["selection"]["hard_tier_classes"]
+    assert verdict["outcome"] in ("confirmed", "supported", "not confirmed", "contradicted", "nothing to confirm")
+    assert f"Verdict: {verdict['outcome']}" in out
+    marker = ("paste into your run configuration):\n" if verdict["outcome"] in ("confirmed", "supported",
+                                                                               "nothing to confirm")
+              else "The chosen configuration was:\n")
+    block = out.split(marker, 1)[1].split("Confirmation on fresh seeds")[0]
     method = yaml.safe_load(textwrap.dedent(block))["method"]
     assert method == {"name": record["method"], "options": record["options"]}
     assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
@@ -111,7 +126,7 @@ def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tune
     before = (directory / "recommendation.json").read_text()
     request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"))
     groups = _groups(request)
-    choice = choose(read_candidate_runs(groups), "hard_tier").to_dict()
+    choice = _chosen(request).to_dict()
     # Corrupt every test field of every selection run: make one candidate perfect on test and every
     # other one worthless, the opposite of whatever the validation split said.
     favoured = next(label for label in groups if label != choice["recommended"])
@@ -128,7 +143,12 @@ def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tune
             final["logit_margins"] = {"mean": [value * 99] * k}
             assert set(TEST_FIELDS) <= set(final)
             file.write_text(json.dumps(final))
-    assert choose(read_candidate_runs(groups), "hard_tier").to_dict() == choice
+            # ... and the per-sample test predictions.
+            with np.load(path / "predictions" / "test.npz") as data:
+                y_true = data["y_true"]
+            np.savez(path / "predictions" / "test.npz", y_true=y_true,
+                     y_pred=y_true if value == 1.0 else (y_true + 1) % k)
+    assert _chosen(request).to_dict() == choice
     # The whole command again: every run is reused and the recommendation is byte-identical.
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -187,8 +207,7 @@ def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_pa
     directory = out_dir / "t"
     record = json.loads((directory / "recommendation.json").read_text())
     request = make_request(load_config(config), name="t", output_dir=str(out_dir), seeds="2", confirm_seeds="2")
-    groups = _groups(request)
-    assert record["selection"]["recommended"] == choose(read_candidate_runs(groups), "hard_tier").recommended
+    assert record["selection"]["recommended"] == _chosen(request).recommended
     for phase, count in (("selection", 4 * 2), ("confirmation", 2 * len({"erm", record["label"]}))):
         jobs = read_jobs(directory / phase)["runs"]
         assert len(jobs) == count, (phase, sorted(jobs))
@@ -287,3 +306,36 @@ def test_names_and_counts_out_of_range_are_refused_like_the_sweep_refuses_them(t
     assert code == 2
     assert err.startswith("mr2 tune: error: ") and message in err and err.count("\n") == 1
     assert not out_dir.exists()
+
+
+def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_trials(tuned, tmp_path):
+    """Issue 23: the Python API fed the engine runs' own predictions (a train_fn that returns each
+    selection and confirmation run's predictions/val.npz and test.npz) chooses what --config chose, with
+    the same scores, tiers and verdict."""
+    import io
+
+    from mr2.tune import TrialPredictions, tune
+
+    tmp, _config_file, args = tuned
+    directory = tmp / "out" / "t"
+    if not (directory / "recommendation.json").is_file():
+        assert main(args) == 0
+    engine = json.loads((directory / "recommendation.json").read_text())
+
+    def replay(candidate, seed):
+        phase = "selection" if seed in (0, 1, 2) else "confirmation"
+        run = directory / phase / f"{candidate.label}__seed={seed}" / "predictions"
+        splits = {}
+        for split in ("val", "test"):
+            with np.load(run / f"{split}.npz") as data:
+                splits[split] = {"y_true": data["y_true"].astype(np.int64), "y_pred": data["y_pred"].astype(np.int64)}
+        return TrialPredictions(val=splits["val"], test=splits["test"])
+
+    python = tune(replay, num_classes=6, seeds=3, confirm_seeds=3, output_dir=tmp_path, name="p",
+                  stream=io.StringIO()).record
+    assert python["label"] == engine["label"]
+    for key in ("recommended", "tiers", "split_tiers", "hard_tier_classes", "margin", "threshold", "tier_rule"):
+        assert python["selection"].get(key) == engine["selection"].get(key), key
+    assert [(c["label"], c["scores"], c["eligible"]) for c in python["selection"]["candidates"]] == [
+        (c["label"], c["scores"], c["eligible"]) for c in engine["selection"]["candidates"]]
+    assert python["verdict"] == engine["verdict"]

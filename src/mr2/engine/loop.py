@@ -188,11 +188,28 @@ class EvalResult:
         confusion: [K, K] int64, rows true class, columns prediction.
         margins: [N] logit margin of every sample (true logit - largest other logit).
         targets: [N] their classes.
+        predictions: [N] the predicted classes (argmax of the logits), in the order of ``targets``.
+        shards: how many ranks evaluated (each the strided shard of
+            :func:`~mr2.engine.samplers.shard_for_eval`); the per-sample tensors are concatenated in
+            rank order, :meth:`in_dataset_order` restores the split's order.
     """
 
     confusion: torch.Tensor
     margins: torch.Tensor
     targets: torch.Tensor
+    predictions: torch.Tensor | None = None
+    shards: int = 1
+
+    def in_dataset_order(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(targets, predictions)`` [N] each, in the evaluated split's sample order."""
+        assert self.predictions is not None
+        n = int(self.targets.shape[0])
+        order = torch.cat([torch.arange(rank, n, self.shards) for rank in range(self.shards)])
+        targets = torch.empty_like(self.targets)
+        predictions = torch.empty_like(self.predictions)
+        targets[order] = self.targets
+        predictions[order] = self.predictions
+        return targets, predictions
 
     @property
     def num_samples(self) -> int:
@@ -244,7 +261,7 @@ def evaluate(
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
     low = torch.zeros((), dtype=torch.long, device=device)
     high = torch.zeros((), dtype=torch.long, device=device)
-    margins, targets = [], []
+    margins, targets, predicted = [], [], []
     for batch in loader:
         inputs, target = batch[0].to(device), batch[1].to(device)
         ctx = (
@@ -263,10 +280,13 @@ def evaluate(
         confusion += confusion_matrix(logits, safe, num_classes, validate_args=False)
         margins.append(logit_margins(logits, safe))
         targets.append(target)
+        predicted.append(logits.argmax(dim=1))
     _check_label_range(low, high, num_classes)
     distributed.all_reduce_sum_(confusion, process_group)
     local_margins = torch.cat(margins) if margins else torch.zeros(0, device=device)
     local_targets = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long, device=device)
     all_margins, _ = distributed.all_gather_variable(local_margins, process_group)
-    all_targets, _ = distributed.all_gather_variable(local_targets, process_group)
-    return EvalResult(confusion.cpu(), all_margins.cpu(), all_targets.cpu())
+    all_targets, sizes = distributed.all_gather_variable(local_targets, process_group)
+    local_predicted = torch.cat(predicted) if predicted else torch.zeros(0, dtype=torch.long, device=device)
+    all_predicted, _ = distributed.all_gather_variable(local_predicted, process_group, sizes)
+    return EvalResult(confusion.cpu(), all_margins.cpu(), all_targets.cpu(), all_predicted.cpu(), len(sizes))

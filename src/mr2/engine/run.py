@@ -22,7 +22,7 @@ import yaml
 from mr2.config import RunConfig, config_from_dict, config_to_dict
 from mr2.engine.builders import RunData, build_data
 from mr2.engine.checkpoint import CheckpointError, load_checkpoint
-from mr2.engine.final import NO_VALIDATION, final_evaluation
+from mr2.engine.final import NO_VALIDATION, final_evaluation, final_outputs, write_predictions
 from mr2.engine.fit import fit_epochs
 from mr2.engine.logger import TrainingLog
 from mr2.engine.runtime import RunError, Runtime, seed_everything
@@ -199,8 +199,9 @@ class TrainingSession:
                 return None
             if config.select == "best_val" and self.run.best_checkpoint.exists():
                 self.trainer.model.load_state_dict(load_checkpoint(self.run.best_checkpoint)["model"])
-            final = final_evaluation(self.trainer, "test")
+            final, predictions = final_outputs(self.trainer, "test")
             if self.runtime.is_main:
+                write_predictions(self.run.path, predictions)  # before final.json, which marks the end
                 atomic_write_json(self.run.final, final)
                 log.final(final["per_class_accuracy"], self.data.class_names)
                 self._log(

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
 import yaml
 
 import mr2
 from mr2.config import RunConfig, config_to_dict
 from mr2.config.names import check_name
+from mr2.engine.final import PREDICTIONS_DIR
 from mr2.io import atomic_write_json
 from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
@@ -41,9 +43,10 @@ from mr2.tune.selection import (
     TuneSelectionError,
     ValidationFigures,
     choose,
-    read_candidate_runs,
+    read_validation,
     rule_text,
 )
+from mr2.tune.verdict import Verdict, VerdictError, judge
 
 __all__ = [
     "RECOMMENDATION_FILE",
@@ -71,6 +74,18 @@ OVERLAPPING_SEEDS = (
     "confirmation must use fresh seeds"
 )
 SELECTION_FAILED = "no recommendation: {error}"
+OLD_RUNS = (
+    "Some selection runs were finished by an older mr2 without per-sample validation predictions "
+    "(predictions/val.npz): their tiers are ranked and scored on the same validation samples (the rule "
+    "below); delete those runs to rerun them under the split-half rule."
+)
+NOT_BORNE_OUT = (
+    "Chosen on validation but not borne out on fresh seeds (see the verdict): ERM (plain cross-entropy) "
+    "is the safe default. The chosen configuration was:"
+)
+NO_TEST_PREDICTIONS = (
+    "{run} has no predictions/test.npz (finished by an older mr2); delete it and rerun the tune for a verdict"
+)
 REFERENCE_INCOMPLETE = (
     "ERM lacks selection seed(s) {seeds} (not accepted by this invocation's sweep: see above), so the "
     "candidates cannot be compared with it seed for seed; re-run once those runs can train"
@@ -297,6 +312,59 @@ def choose_complete(runs: Mapping[str, Sequence[ValidationFigures]], missing: Ma
     return choose(runs, criterion, REFERENCE_LABEL, seeds=seeds)
 
 
+def _engine_figures(point: RunPoint) -> ValidationFigures:
+    """A selection run's validation figures: from its per-sample ``predictions/val.npz`` (the split-half
+    rule), or, for a run finished by an older mr2 without it, the ``validation`` section of final.json."""
+    file = point.run_dir / PREDICTIONS_DIR / "val.npz"
+    if not file.is_file():
+        return read_validation(point.run_dir)
+    num_classes = int(json.loads((point.run_dir / "final.json").read_text())["dataset"]["num_classes"])
+    with np.load(file, allow_pickle=False) as data:
+        y_true, y_pred = data["y_true"], data["y_pred"]
+    return ValidationFigures.from_predictions(point.run_dir.name, point.seed, y_true, y_pred, num_classes)
+
+
+def read_engine_runs(points: Sequence[RunPoint]) -> dict[str, list[ValidationFigures]]:
+    """Label -> validation figures of the (accepted, finished) selection runs, in plan order."""
+    runs: dict[str, list[ValidationFigures]] = {}
+    for point in points:
+        runs.setdefault(point.label, []).append(_engine_figures(point))
+    return runs
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """The verdict in one sentence."""
+    if verdict.outcome == "nothing to confirm":
+        return "Verdict: nothing to confirm (ERM was chosen; its confirmation figures are in the report)."
+    return (f"Verdict: {verdict.outcome} ({verdict.chosen} vs ERM on the test hard tier over confirmation "
+            f"seeds {verdict.seeds}: {100 * verdict.mean_difference:+.2f} points on average, one-sided "
+            f"paired t-test p = {verdict.p_greater:.3g}; overall change {100 * verdict.overall_change:+.2f} "
+            "points)")
+
+
+def engine_verdict(choice: Choice, recommended: Candidate, points: Sequence[RunPoint]
+                   ) -> tuple[Verdict | None, str]:
+    """The verdict (:func:`mr2.tune.verdict.judge`) from the accepted confirmation runs'
+    ``predictions/test.npz``; ``(None, why)`` when it cannot be given."""
+    predictions: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+    num_classes = 0
+    for point in points:
+        file = point.run_dir / PREDICTIONS_DIR / "test.npz"
+        if not file.is_file():
+            return None, NO_TEST_PREDICTIONS.format(run=point.run_dir)
+        with np.load(file, allow_pickle=False) as data:
+            predictions.setdefault(point.label, {})[point.seed] = (data["y_true"], data["y_pred"])
+        num_classes = int(json.loads((point.run_dir / "final.json").read_text())["dataset"]["num_classes"])
+    try:
+        verdict = judge(predictions.get(REFERENCE_LABEL, {}),
+                        None if recommended.is_reference else predictions.get(recommended.label, {}),
+                        choice.hard_classes or list(range(num_classes)), num_classes,
+                        reference_label=REFERENCE_LABEL, chosen_label=recommended.label)
+    except VerdictError as error:
+        return None, str(error)
+    return verdict, ""
+
+
 def _percent(value: float) -> str:
     return "n/a" if value != value else f"{100 * value:.2f}"
 
@@ -343,6 +411,7 @@ class TuneOutcome:
         confirmation: the confirmation sweep's result (None without a choice).
         recommendation_file: ``recommendation.json`` (None without a choice).
         error: why there is no recommendation ("" otherwise).
+        verdict: the confirmation's verdict (None if it could not be given).
     """
 
     request: TuneRequest
@@ -351,6 +420,7 @@ class TuneOutcome:
     confirmation: SweepResult | None = None
     recommendation_file: Path | None = None
     error: str = ""
+    verdict: Verdict | None = None
 
     @property
     def ok(self) -> bool:
@@ -400,15 +470,17 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     for label, seeds in missing.items():
         print(MISSING_SEEDS.format(label=label, seeds=seeds), file=out)
     try:
-        choice = choose_complete(read_candidate_runs(_groups(accepted)), missing, request.criterion,
-                                 request.seeds)
+        choice = choose_complete(read_engine_runs(accepted), missing, request.criterion, request.seeds)
     except TuneSelectionError as error:
         outcome.error = SELECTION_FAILED.format(error=error)
         print(f"\n{outcome.error}", file=out)
         return outcome
     outcome.choice = choice
     recommended = next(c for c in request.candidates if c.label == choice.recommended)
-    print("\nRule: " + textwrap.fill(rule_text(request.criterion), 100, subsequent_indent="  "), file=out)
+    if choice.tier_rule != "split_half" and request.criterion == "hard_tier":
+        print("\n" + OLD_RUNS, file=out)
+    rule = rule_text(request.criterion, tier_rule=choice.tier_rule)
+    print("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "), file=out)
     print("\n" + choice_table(choice), file=out)
     print("\n" + choice.explanation, file=out, flush=True)
 
@@ -421,13 +493,14 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         report_file = confirmation.report.directory / "report.json"
         report = json.loads(report_file.read_text())
         figures = {key: report.get(key) for key in ("reference", "tiers", "methods")}
+    verdict, verdict_error = engine_verdict(choice, recommended, accepted_points(confirmation))
     record = {
         "method": recommended.method,
         "options": recommended.options,
         "label": recommended.label,
         "recommendation_is_erm": recommended.is_reference,
         "criterion": request.criterion,
-        "rule": rule_text(request.criterion),
+        "rule": rule,
         "candidate_set": request.candidate_set,
         "selection": {"seeds": request.seeds, "split": "validation", **choice.to_dict()},
         "confirmation": {
@@ -437,13 +510,23 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
             "figures": figures,
             "error": confirmation.report_error or None,
         },
+        "verdict": None if verdict is None else verdict.to_dict(),
+        "verdict_error": verdict_error or None,
         "base_config": config_to_dict(request.config),
         "mr2_version": mr2.__version__,
         "git_commit": _git_commit(),
     }
     outcome.recommendation_file = request.directory / RECOMMENDATION_FILE
     atomic_write_json(outcome.recommendation_file, record)
-    print("\nRecommended (chosen on validation; paste into your run configuration):\n", file=out)
+    outcome.verdict = verdict
+    if verdict is not None:
+        print("\n" + verdict_text(verdict), file=out)
+    elif verdict_error:
+        print(f"\nno verdict: {verdict_error}", file=out)
+    if verdict is None or verdict.pasteable or recommended.is_reference:
+        print("\nRecommended (chosen on validation; paste into your run configuration):\n", file=out)
+    else:
+        print(f"\n{NOT_BORNE_OUT}\n", file=out)
     print(textwrap.indent(method_yaml(recommended), "    "), file=out)
     if confirmation.report is not None:
         print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)

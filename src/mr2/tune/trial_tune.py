@@ -48,6 +48,7 @@ from mr2.tune.run import (
     _git_commit,
     _seeds,
     choice_table,
+    verdict_text,
 )
 from mr2.tune.selection import CRITERIA, Choice, ValidationFigures, choose, rule_text
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore, run_trials
@@ -278,15 +279,6 @@ def _records(request: TrialTuneRequest, store: TrialStore, trials: Sequence[Tria
     return records
 
 
-def _verdict_text(verdict: Verdict) -> str:
-    if verdict.outcome == "nothing to confirm":
-        return "Verdict: nothing to confirm (ERM was chosen; its confirmation figures are in the report)."
-    d = 100 * verdict.mean_difference
-    return (f"Verdict: {verdict.outcome} ({verdict.chosen} vs ERM on the test hard tier over confirmation "
-            f"seeds {verdict.seeds}: {d:+.2f} points on average, one-sided paired t-test p = "
-            f"{verdict.p_greater:.3g}; overall change {100 * verdict.overall_change:+.2f} points)")
-
-
 def tune_trials(
     request: TrialTuneRequest,
     call: Callable[[Trial], Any],
@@ -382,7 +374,7 @@ def tune_trials(
     recommendation_file = request.directory / RECOMMENDATION_FILE
     atomic_write_json(recommendation_file, record)
     if verdict is not None:
-        print("\n" + _verdict_text(verdict), file=out)
+        print("\n" + verdict_text(verdict), file=out)
     elif verdict_error:
         print(f"\nno verdict: {verdict_error}", file=out)
     pasteable = verdict is None or verdict.pasteable or recommended.is_reference
