@@ -14,7 +14,7 @@ What a ``LightningModule`` needs (see examples/lightning_mr2.py and docs/integra
 
 Under the ``ddp`` strategy the statistics are all-reduced inside the loss (every rank holds the same
 values, so DDP's buffer broadcast from rank 0 changes nothing), and ``ClasswiseDisparity`` sums its
-confusion matrix over the ranks: log its values without ``sync_dist`` (they are already global).
+confusion matrix over the ranks: its logged values are already global.
 """
 
 from __future__ import annotations
@@ -117,9 +117,13 @@ def log_disparity(
     Call it from ``on_validation_epoch_end`` (or ``on_train_epoch_end``) after updating ``metric``
     in every step. The values are Python floats (overall, worst/best class, difference, tiers when
     the metric has a fixed :class:`~mr2.report.TierSplit`, one ``class_accuracy/<name>`` per class),
-    already summed over the ranks; returns the logged dictionary.
+    computed from the confusion matrix summed over the ranks, so every rank logs the same values;
+    ``sync_dist`` defaults to True all the same (the mean of equal values: Lightning otherwise warns
+    at every epoch-level key under DDP; pass ``sync_dist=False`` to skip those all-reduces with very
+    many classes). Returns the logged dictionary.
     """
     values = metric.to_log_dict(prefix)
+    log_kwargs.setdefault("sync_dist", True)
     module.log_dict(values, **log_kwargs)
     if reset:
         metric.reset()
