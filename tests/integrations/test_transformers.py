@@ -172,3 +172,39 @@ def test_compute_metrics_scalars_read_back_from_tensorboard(tmp_path):
     expected_tiers = {"easy": (by_class[2] + by_class[3]) / 2, "medium": by_class[0], "hard": by_class[1]}
     for tier, accuracy in expected_tiers.items():
         assert events.Scalars(f"eval/tier/{tier}")[-1].value == pytest.approx(accuracy, abs=1e-6)
+
+
+def test_a_transformers_image_classifier_through_the_trainer(tmp_path):
+    # A ModelOutput with .logits (ViTForImageClassification from a config: no weights here); the
+    # features are the classifier's input, the checkpoint holds the statistics.
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=8, patch_size=4, num_channels=1, hidden_size=16, num_hidden_layers=1,
+                       num_attention_heads=2, intermediate_size=32, num_labels=NUM_CLASSES)
+    vit = ViTForImageClassification(config)
+    model = ClassifierForTrainer(vit, MR2Loss(NUM_CLASSES, feature_dim=16))
+    assert model.head_name == "classifier"
+    images = torch.randn(8, 1, 8, 8)
+    model.eval()
+    with torch.no_grad():
+        outputs = model(images)
+        expected = vit(images).logits
+        hidden = vit.vit(images).last_hidden_state[:, 0]  # the [CLS] token the classifier reads
+    torch.testing.assert_close(outputs["logits"], expected)
+    torch.testing.assert_close(outputs["features"], hidden)
+
+    class Patches(Pixels):
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            return {"pixel_values": self.inputs[index].view(1, 8, 1).expand(1, 8, 8).contiguous(),
+                    "labels": self.target[index]}
+
+    model.train()
+    trainer = make_trainer(model, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer.train_dataset = Patches()
+    trainer.eval_dataset = Patches(size=16)
+    trainer.train()
+    saved = safetensors.torch.load_file(tmp_path / "checkpoint-2" / "model.safetensors")
+    assert torch.equal(saved["criterion.statistics.samples_seen"], model.criterion.statistics.samples_seen)
+    assert model.criterion.statistics.samples_seen.sum() == 16  # 2 shuffled batches of 8
+    assert trainer.evaluate()["eval_overall"] >= 0.0
