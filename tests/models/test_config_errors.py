@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from engine.conftest import base_config, write_spread_npz
 from mr2.cli.errors import user_errors
+from mr2.cli.main import main
 from mr2.config import ModelSection
 from mr2.models.registry import (
     LIBRARY_REFUSED_OPTION,
     MODEL_REFUSED,
+    OPTION_WRONG_TYPE,
     UNKNOWN_OPTIONS,
     ModelConfigError,
     build_model,
@@ -111,3 +115,53 @@ def test_unreadable_weights_files(tmp_path: Path) -> None:
             load_state_dict_file(path)
         message = str(caught.value)
         assert message.startswith(f"{path}: cannot read the weights file (") and "\n" not in message
+
+
+#: (model, option, a value of the wrong type, the expected type as the message says it). Each of these
+#: used to be a raw TypeError from the constructor or torch (or, for a bool, a model silently built
+#: with dropout=True).
+WRONG_TYPES = [
+    ("mlp", "dropout", "0.3", "a number"),
+    ("mlp", "dropout", True, "a number"),
+    ("mlp", "hidden_dims", 64, "a list of integers"),
+    ("mlp", "hidden_dims", [64.5], "a list of integers"),
+    ("mlp", "hidden_dims", ["a"], "a list of integers"),
+    ("mlp", "hidden_dims", "64", "a list of integers"),
+    ("small_cnn", "channels", 8, "a list of integers"),
+    ("small_cnn", "hidden_dim", 2.5, "an integer"),
+    ("small_cnn", "hidden_dim", None, "an integer"),
+    ("resnet32", "base_width", "16", "an integer"),
+    ("resnet32", "shortcut", 1, "one of 'A', 'B'"),
+    ("wrn28_10", "dropout", "x", "a number"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "value", "expected"), WRONG_TYPES)
+def test_a_wrong_option_type_names_the_key_and_the_type(name: str, key: str, value: object, expected: str) -> None:
+    with pytest.raises(ModelConfigError) as caught:
+        build_model(ModelSection(name, options={key: value}), 3, _SHAPES[name])
+    assert str(caught.value) == OPTION_WRONG_TYPE.format(
+        name=name, key=key, expected=expected, value=repr(value), type=type(value).__name__
+    )
+    assert "\n" not in str(caught.value)
+
+
+def test_right_types_in_yaml_spellings_are_taken() -> None:
+    # YAML gives lists for sequences and ints where a float is meant; both are fine.
+    model = build_model(ModelSection("mlp", options={"hidden_dims": (8, 4), "dropout": 0}), 3, (6,))
+    assert [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)] == [8, 4, 3]
+    build_model(ModelSection("small_cnn", options={"channels": [4], "hidden_dim": 8}), 3, (1, 28, 28))
+
+
+def test_mr2_train_refuses_a_wrong_option_type_before_writing(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    npz = write_spread_npz(tmp_path / "spread.npz")
+    config = base_config(npz, tmp_path / "runs", model={"options": {"hidden_dims": [32, 16], "dropout": "0.3"}})
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    assert main(["train", "--config", str(config_file), "--quiet"]) == 2
+    captured = capsys.readouterr()
+    assert not (tmp_path / "runs").exists()
+    assert captured.err == "mr2 train: error: " + OPTION_WRONG_TYPE.format(
+        name="mlp", key="dropout", expected="a number", value="'0.3'", type="str"
+    ) + "\n"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import re
+import types
+import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin
 
 from torch import nn
 
+from mr2.checks import is_int, is_number
 from mr2.config.schema import ModelSection
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.linear_head import LinearHead
@@ -35,6 +39,9 @@ NO_HUB_WEIGHTS = "model {name!r} has no downloadable pretrained weights; pass we
 UNKNOWN_OPTIONS = (
     "model {name!r} has no option(s) {keys}; its options are: {valid}. Fix or remove them in "
     "`model.options`"
+)
+OPTION_WRONG_TYPE = (
+    "model {name!r}: option {key!r} must be {expected}; got {value} ({type}). Fix it in `model.options`"
 )
 LIBRARY_REFUSED_OPTION = (
     "model {name!r} does not take the option {key!r} ({library} refused it: {error}); fix or remove it "
@@ -138,7 +145,72 @@ def model_options(name: str) -> tuple[str, ...]:
     )
 
 
+_SEQUENCES = (collections.abc.Sequence, list, tuple)
+#: How a message names a value of a type, and a list of them.
+_NAMES: dict[Any, tuple[str, str]] = {
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    bool: ("true or false", "booleans"),
+    str: ("a string", "strings"),
+}
+_SHOWN = 60
+
+
+def _describe(annotation: Any) -> str:
+    """How a message names the values ``annotation`` admits (``a list of integers``)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _describe(a) for a in args)
+    if origin in _SEQUENCES:
+        item = args[0] if args and (len(args) == 1 or args[-1] is Ellipsis) else None
+        if item is not None and item in _NAMES:
+            return f"a list of {_NAMES[item][1]}"
+        if args and origin is tuple:
+            return f"a list of {len(args)} values ({', '.join(_describe(a) for a in args)})"
+        return "a list"
+    return _NAMES.get(annotation, (getattr(annotation, "__name__", str(annotation)), ""))[0]
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` (from YAML: a list for a sequence, an int for a float) fits ``annotation``.
+    Annotations it cannot judge admit anything (the constructor then decides)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if annotation is Any:
+        return True
+    if origin is Literal:
+        # The type only: a value of the right type that is not allowed is the constructor's to refuse
+        # (its message explains the choices).
+        return any(type(value) is type(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if annotation is type(None):
+        return value is None
+    if origin in _SEQUENCES:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if not args:
+            return True
+        if len(args) == 1 or args[-1] is Ellipsis:
+            return all(_matches(item, args[0]) for item in value)
+        return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+    if annotation is float:
+        return is_number(value)
+    if annotation is int:
+        return is_int(value)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
 def _check_own_options(name: str, options: dict[str, Any]) -> None:
+    """Unknown keys, then each value against the constructor's annotation of its parameter."""
     valid = model_options(name)
     unknown = [key for key in options if key not in valid]
     if unknown:
@@ -147,6 +219,17 @@ def _check_own_options(name: str, options: dict[str, Any]) -> None:
                 name=name, keys=", ".join(map(repr, unknown)), valid=", ".join(valid) or "none"
             )
         )
+    constructor, _ = _OWN_CONSTRUCTORS[name]
+    hints = typing.get_type_hints(constructor.__init__)
+    for key, value in options.items():
+        annotation = hints.get(key, Any)
+        if not _matches(value, annotation):
+            raise ModelConfigError(
+                OPTION_WRONG_TYPE.format(
+                    name=name, key=key, expected=_describe(annotation), value=_shown(value),
+                    type=type(value).__name__,
+                )
+            )
 
 
 def _build_library_model(
