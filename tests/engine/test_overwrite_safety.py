@@ -99,11 +99,11 @@ def test_overwrite_of_an_empty_directory_and_of_a_real_run_still_works(spread_np
     assert _train(config, tmp_path, "--overwrite") == 0
     run = RunDirectory(out / "run")
     (run.path / "train.log").write_text("sweep output\n")
-    (run.path / "predictions").mkdir()
+    (run.path / "predictions").mkdir(exist_ok=True)  # a run writes its predictions there
     (run.path / "predictions" / "test.npz").write_bytes(b"x")
     assert main(["eval", str(run.path)]) == 0
     assert _train({**config, "seed": 1}, tmp_path, "--overwrite") == 0
     assert yaml.safe_load(run.config_file.read_text())["seed"] == 1
-    assert not (run.path / "predictions").exists() and not run.eval_file("test").exists()
+    assert (run.path / "predictions" / "test.npz").read_bytes() != b"x" and not run.eval_file("test").exists()
     assert (run.path / "train.log").read_text() == "sweep output\n"  # kept: a sweep may hold it open
     capsys.readouterr()
