@@ -140,3 +140,26 @@ def test_missing_class_in_every_run(tmp_path: Path) -> None:
     data = json.loads(text)
     assert data["runs"]["erm0"]["report"]["by_class"][1] is None
     assert data["methods"]["mr2"]["per_class_mean"][1] is None
+
+
+def test_labelled_sweep_variants_point_to_sweep_report(
+    tmp_path: Path, make_run: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two entries of one sweep that both run method mr2 (`mr2` and the labelled `mr2_centered`).
+    sweep = tmp_path / "runs" / "my-sweep"
+    confusion = np.array([[9, 1], [4, 6]])
+    runs = [make_run(sweep / f"{label}__seed=0", method=method, seed=0, confusion=confusion,
+                     run_name=f"{label}__seed=0")
+            for label, method in (("erm", "erm"), ("mr2", "mr2"), ("mr2_centered", "mr2"))]
+    (sweep / "sweep.json").write_text("{}")
+    assert main([*map(str, runs), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == "mr2 report: error: " + report_cli.SWEEP_VARIANTS.format(
+        first=runs[1], other=runs[2], method="mr2", seed=0, sweep=sweep
+    ) + "\n"
+    assert "`mr2 sweep report" in err
+    assert not (tmp_path / "out").exists()
+    # Outside a sweep the same pair is a duplicated run, as before.
+    (sweep / "sweep.json").unlink()
+    assert main([*map(str, runs), "--out", str(tmp_path / "out")]) == 2
+    assert "pass each run once" in capsys.readouterr().err

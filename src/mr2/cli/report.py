@@ -99,6 +99,11 @@ CLASS_NAMES_WITHOUT_PREDICTIONS = (
 MAX_CLASSES_WITHOUT_PREDICTIONS = (
     "--max-classes applies to --predictions files; run directories carry their class count"
 )
+SWEEP_VARIANTS = (
+    "{first} and {other} are both method {method!r} with seed {seed!r}: labelled variants of the sweep "
+    "in {sweep}, which `mr2 report` cannot tell apart (it groups run directories by method); "
+    "run `mr2 sweep report {sweep}`, which reports each entry under its label"
+)
 
 
 def settings_from_args(args: argparse.Namespace) -> ReportSettings:
@@ -117,9 +122,32 @@ def settings_from_args(args: argparse.Namespace) -> ReportSettings:
     )
 
 
+def _in_a_sweep(run: RunRecord) -> bool:
+    return run.path is not None and (run.path.parent / "sweep.json").is_file()
+
+
+def _refuse_sweep_variants(runs: list[RunRecord]) -> None:
+    """Two runs of one method and seed inside sweep directories are an entry and a labelled variant
+    (``mr2_centered: {method.name: mr2}``): the sweep's report keeps them apart, this one cannot."""
+    seen: dict[tuple[str, int | None], RunRecord] = {}
+    for run in runs:
+        first = seen.setdefault((run.method, run.seed), run)
+        if first is not run and run.seed is not None and _in_a_sweep(first) and _in_a_sweep(run):
+            assert run.path is not None
+            raise ReportError(
+                SWEEP_VARIANTS.format(
+                    first=first.label,
+                    other=run.label,
+                    method=run.method,
+                    seed=run.seed,
+                    sweep=run.path.parent,
+                )
+            )
+
+
 def _load(args: argparse.Namespace) -> list[RunRecord]:
     from mr2.report.predictions import load_predictions, read_class_names
-    from mr2.report.run_dir import load_runs
+    from mr2.report.run_dir import check_comparable, load_run
 
     if args.run_dirs and args.predictions:
         raise ReportError(SOURCES_BOTH)
@@ -135,7 +163,10 @@ def _load(args: argparse.Namespace) -> list[RunRecord]:
         raise ReportError(MAX_CLASSES_WITHOUT_PREDICTIONS)
     if not args.run_dirs:
         raise ReportError(SOURCES_NONE)
-    return load_runs(args.run_dirs)
+    runs = [load_run(path) for path in args.run_dirs]
+    _refuse_sweep_variants(runs)
+    check_comparable(runs)
+    return runs
 
 
 def run(args: argparse.Namespace) -> int:
