@@ -75,7 +75,7 @@ def _atomic_file(path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
         destination.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
     except OSError as error:
-        raise WriteError(error.errno, error.strerror, str(destination)) from error
+        raise WriteError(error.errno, error.strerror or str(error), str(destination)) from error
     writer: _RecordingWriter | None = None
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results get the run's usual mode
@@ -90,7 +90,7 @@ def _atomic_file(path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
             os.unlink(tmp_name)
         failure = error if isinstance(error, OSError) else writer.error if writer is not None else None
         if failure is not None and not isinstance(error, WriteError):
-            raise WriteError(failure.errno, failure.strerror, str(destination)) from error
+            raise WriteError(failure.errno, failure.strerror or str(failure), str(destination)) from error
         raise
 
 
