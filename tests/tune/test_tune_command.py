@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mr2.cli.main import main
+from mr2.sweep.launcher import SLURM_ONLY
 from mr2.tune import tune
 from mr2.tune.command import EXIT_CODE, MISSING_PLACEHOLDER, NO_PREDICTIONS, UNKNOWN_PLACEHOLDER
 from mr2.tune.trial_tune import describe_trials, make_trial_request
@@ -99,7 +100,8 @@ def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing
         (["--command", COMMAND], "--command needs --num-classes K"),
         (["--command", COMMAND, "--num-classes", "1"], "num_classes must be an integer from 2 to 100000"),
         (["--command", COMMAND, "--num-classes", "6", "--set", "optim.lr=0.1"], "--set applies to --config"),
-        (["--command", COMMAND, "--num-classes", "6", "--launcher", "slurm"], "--launcher with --command is not"),
+        (["--command", COMMAND, "--num-classes", "6", "--launcher-option", "partition=gpu"],
+         SLURM_ONLY.format(key="partition")),
         (["--command", COMMAND, "--num-classes", "6", "--workers", "0"], "--workers must be an integer >= 1; got 0"),
         (["--command", COMMAND, "--num-classes", "6", "--candidates", "erm,jtt"], "need mr2's engine"),
         (["--command", COMMAND, "--num-classes", "6", "--candidates", "mr2-paper-c1"], "unknown candidate set"),
@@ -158,3 +160,17 @@ def test_a_misbehaving_command_is_one_line_naming_the_trial_and_its_log(tmp_path
     assert err.startswith("mr2 tune: error: ") and expected in err and err.count("\n") == 1, err
     assert (trial_dir / "train.log").is_file()
     assert not (trial_dir / "trial.json").exists() and not (out_dir / "c" / "recommendation.json").exists()
+
+
+@pytest.mark.slow
+def test_the_command_source_runs_every_trial_as_a_submitit_job(tmp_path, capsys):
+    """``--launcher slurm`` (submitit's ``local`` executor: real jobs, no cluster): every trial is a
+    job, and the choice is the same as with the local pool."""
+    pytest.importorskip("submitit", reason="submitit is the cluster extra (pip install 'mr2[cluster]')")
+    code = main(_args(tmp_path, "--launcher", "slurm", "--launcher-option", "executor=local",
+                      "--launcher-option", "timeout_min=10"))
+    assert code == 0, capsys.readouterr()
+    record = json.loads((tmp_path / "c" / "recommendation.json").read_text())
+    assert record["label"] == "mr2-logit_only-c1"
+    jobs = list((tmp_path / "c" / "submitit").glob("*/*_result.pkl"))
+    assert len(jobs) == 8 + 4  # every selection and confirmation trial ran as a job

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 EXIT_FAILED_RUNS = 1
 EXIT_BAD_INPUT = 2
@@ -123,18 +124,16 @@ def run(args: argparse.Namespace) -> int:
 COMMAND_ONLY = "{flag} applies to --command (a --config run configuration knows its classes)"
 CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training)"
 NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"
-SLURM_COMMAND = (
-    "--launcher with --command is not supported yet; run the trials on this machine (--workers W), or "
-    "use the Python API mr2.tune.tune(..., executor=submitit.AutoExecutor(...)) on a cluster"
-)
 
 
 def _run_command(args: argparse.Namespace) -> int:
     """``mr2 tune --command``: trials of the user's own training command."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from mr2.config import ConfigError
     from mr2.report.exceptions import PredictionsError
     from mr2.report.predictions import read_class_names
+    from mr2.sweep import SweepSpecError
     from mr2.tune import TuneInputError, TuneSelectionError
     from mr2.tune.command import CommandSource, check_command
     from mr2.tune.run import BAD_COUNT
@@ -147,8 +146,13 @@ def _run_command(args: argparse.Namespace) -> int:
         for flag, given in config_flags:
             if given:
                 raise TuneInputError(CONFIG_ONLY.format(flag=flag))
+        launcher = None
         if args.launcher is not None or args.launcher_options:
-            raise TuneInputError(SLURM_COMMAND)
+            from mr2.sweep.launcher import launcher_from_dict, parse_launcher_option
+
+            raw = {"name": args.launcher or "local"}
+            raw.update(parse_launcher_option(option) for option in args.launcher_options)
+            launcher = launcher_from_dict(raw)
         template = check_command(args.command)
         if args.num_classes is None:
             raise TuneInputError(NEEDS_NUM_CLASSES)
@@ -166,10 +170,17 @@ def _run_command(args: argparse.Namespace) -> int:
             for trial in request.selection_trials():
                 print(f"  $ {source.command(trial)}")
             return 0
-    except (TuneInputError, PredictionsError) as error:
+    except (TuneInputError, PredictionsError, ConfigError, SweepSpecError) as error:
         print(f"mr2 tune: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    executor = ThreadPoolExecutor(args.workers) if args.workers > 1 else None
+    executor: Any = None
+    if launcher is not None and launcher.name == "slurm":
+        from mr2.sweep.cluster import _executor as slurm_executor
+
+        # One submitit job per trial; the jobs' files go to DIR/NAME/submitit/.
+        executor = slurm_executor(request.directory / "submitit", launcher, f"mr2-tune-{request.name}")
+    elif args.workers > 1:
+        executor = ThreadPoolExecutor(args.workers)
     try:
         result = tune_trials(request, source, executor=executor, log=source.log)
     except TuneInputError as error:  # a trial's command failed or wrote unusable predictions
@@ -179,6 +190,6 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"mr2 tune: no recommendation: {error}", file=sys.stderr)
         return EXIT_FAILED_RUNS
     finally:
-        if executor is not None:
+        if isinstance(executor, ThreadPoolExecutor):
             executor.shutdown(wait=True, cancel_futures=True)
     return 0 if result.report_dir is not None else EXIT_FAILED_RUNS
