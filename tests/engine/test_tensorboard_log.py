@@ -48,10 +48,26 @@ def test_tensorboard_holds_the_per_class_scalars_of_an_mr2_run(spread_npz, tmp_p
     assert [v for _, v in _series(epochs, "loss_logit")] == pytest.approx([r["loss_logit"] for r in records])
     assert "test/sorted_class_accuracy" in epochs.Tags()["images"]
     steps = _load(run / "tensorboard" / "steps")
-    # 128 training samples / batch 16 = 8 steps per epoch; every 3rd step of each epoch, at the
-    # global step: 3, 6, then 8 + 3, 8 + 6.
-    assert [s for s, _ in _series(steps, "train_step/loss")] == [3, 6, 11, 14]
+    # 128 training samples / batch 16 = 8 steps per epoch; every 3rd step of each epoch and its last
+    # one, at the global step: 3, 6, 8, then 8 + 3, 8 + 6, 8 + 8.
+    assert [s for s, _ in _series(steps, "train_step/loss")] == [3, 6, 8, 11, 14, 16]
     assert {"train_step/loss_logit", "train_step/loss_rep"} <= set(steps.Tags()["scalars"])
+
+
+def test_epochs_shorter_than_log_every_still_log_their_last_step(spread_npz, tmp_path):
+    # 8 steps per epoch, log_every 50: tensorboard/steps used to stay empty without a word.
+    config = config_from_dict(
+        base_config(spread_npz, tmp_path, method={"name": "erm"}, optim={"epochs": 2}, log_every=50)
+    )
+    train(config, quiet=True)
+    run = tmp_path / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = _load(run / "tensorboard" / "steps")
+    losses = _series(steps, "train_step/loss")
+    assert [s for s, _ in losses] == [8, 16]
+    # The last step's loss of a batch, near the epoch's mean training loss (not equal: one batch).
+    for (_, value), record in zip(losses, records, strict=True):
+        assert 0 < value < 3 * record["train_loss"] + 1
 
 
 def test_epoch_tiers_follow_the_report_tier_rule():

@@ -5,9 +5,10 @@ TensorBoard (``<run>/tensorboard/``, rank 0 only) receives, per epoch, every sca
 the worst class and the tiers of the epoch (``val_worst_class``, ``val_tier/{easy,medium,hard}``:
 the classes ranked by that epoch's validation accuracy, in thirds), and for MR2 the per-class
 temperature, spread and second moment (``mr2/temperature/<class>``, ``mr2/spread/<class>``,
-``mr2/second_moment/<class>``); every ``log_every`` optimiser steps the step's loss and its parts
-(``train_step/...``, at the global step); at the end the sorted per-class test accuracy as a figure
-(``test/sorted_class_accuracy``). A resumed run purges the events after its checkpoint.
+``mr2/second_moment/<class>``); every ``log_every`` optimiser steps of an epoch and at its last step
+the step's loss and its parts (``train_step/...`` in ``tensorboard/steps/``, at the global step; an
+epoch shorter than ``log_every`` still logs its last step); at the end the sorted per-class test
+accuracy as a figure (``test/sorted_class_accuracy``). A resumed run purges the events after its checkpoint.
 
 ``<class>`` is the class name spelled by :func:`mr2.report.log_keys.log_keys` (every character outside
 ``[A-Za-z0-9_.-]`` becomes ``_``, collisions made unique), the spelling of
@@ -106,7 +107,8 @@ class TrainingLog:
         return self._bar
 
     def step(self, global_step: int, values: dict[str, float]) -> None:
-        """Step-level values (every ``log_every`` steps): progress-bar postfix and TensorBoard."""
+        """Step-level values (every ``log_every`` steps and each epoch's last): progress-bar postfix and
+        TensorBoard."""
         if not self.enabled:
             return
         if self._bar is not None:

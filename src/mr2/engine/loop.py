@@ -112,8 +112,9 @@ def train_one_epoch(
 
     The AMP order is scale, backward, unscale, clip, step. Loss, accuracy and the method's
     :meth:`~mr2.methods.base.TrainingMethod.log_values` are accumulated on the device; the host reads
-    them only every ``setup.log_every`` steps (``progress(step, values)``: that step's loss and
-    parts) and at the end. ``EpochResult.values`` are the sample-weighted epoch means of the
+    them only every ``setup.log_every`` steps and at the epoch's last step (``progress(step,
+    values)``: that step's loss and parts; an epoch shorter than ``log_every`` still reports its
+    last step) and at the end. ``EpochResult.values`` are the sample-weighted epoch means of the
     method's log values over all ranks. With ``setup.sam`` the backward is SAM's two passes
     (:meth:`~mr2.optim.SAM.sharpness_aware_gradients`); loss, accuracy and log values are the first
     pass's (at the unperturbed weights).
@@ -127,6 +128,7 @@ def train_one_epoch(
     start = time.perf_counter()
     params = [p for group in optimizer.param_groups for p in group["params"]]
     value_sums: dict[str, torch.Tensor] = {}
+    steps = 0
     for step, (inputs, target, index) in enumerate(loader):
         inputs = inputs.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
@@ -164,9 +166,12 @@ def train_one_epoch(
         for key, value in step_values.items():
             weighted = value.detach().float() * batch
             value_sums[key] = value_sums[key] + weighted if key in value_sums else weighted
-        if progress is not None and (step + 1) % setup.log_every == 0:
-            shown = {"loss": float(loss.detach()), **{k: float(v) for k, v in step_values.items()}}
-            progress(step + 1, shown)
+        steps = step + 1
+        if progress is not None and steps % setup.log_every == 0:
+            progress(steps, {"loss": float(loss.detach()), **{k: float(v) for k, v in step_values.items()}})
+    if progress is not None and steps % setup.log_every:
+        # The epoch's last step, so an epoch shorter than log_every still logs one step.
+        progress(steps, {"loss": float(loss.detach()), **{k: float(v) for k, v in step_values.items()}})
     keys = sorted(value_sums)
     totals = torch.stack(
         [loss_sum, correct.to(loss_sum.dtype), torch.tensor(float(samples), device=device)]
