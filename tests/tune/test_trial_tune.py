@@ -16,7 +16,7 @@ import pytest
 from mr2.tune import Candidate, Predictions, TrialError, TrialPredictions, TuneInputError, tune
 from mr2.tune.selection import ValidationFigures, choose
 from mr2.tune.trial_tune import BAD_CANDIDATES, BAD_NUM_CLASSES, ENGINE_ONLY_CANDIDATE, NOT_CALLABLE
-from mr2.tune.trials import WRONG_TYPE, Y_TRUE_DIFFERS
+from mr2.tune.trials import STALE_TRIAL, WRONG_TYPE, Y_TRUE_DIFFERS
 
 K = 6
 PER_CLASS = 60
@@ -229,3 +229,16 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, kwargs, message)
         tune(train_fn, **arguments)
     assert message in str(caught.value) and "\n" not in str(caught.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_trial_directory_of_another_tune_is_refused_not_reused(tmp_path):
+    tune(simulated, num_classes=K, candidates="erm,mr2-paper-c1", seeds=2, confirm_seeds=2, output_dir=tmp_path,
+         name="t", stream=io.StringIO())
+    record = tmp_path / "t" / "recommendation.json"
+    before = record.read_text()
+    with pytest.raises(TrialError) as caught:
+        tune(simulated, num_classes=K + 1, candidates="erm,mr2-paper-c1", seeds=2, confirm_seeds=2,
+             output_dir=tmp_path, name="t", stream=io.StringIO())
+    assert str(caught.value) == STALE_TRIAL.format(path=tmp_path / "t" / "trials" / "selection" / "erm" / "seed=0",
+                                                   key="num_classes", found=K, expected=K + 1)
+    assert record.read_text() == before

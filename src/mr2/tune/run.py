@@ -435,7 +435,8 @@ def describe_tune(request: TuneRequest) -> str:
     confirm_runs = 2 * len(request.confirm_seeds)
     lines = [
         f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates)} candidates "
-        f"({request.candidate_set}), criterion {request.criterion}",
+        f"({request.candidate_set}; mr2's engine runs every candidate, two-stage procedures included), "
+        f"criterion {request.criterion}",
         "",
         "Rule: " + textwrap.fill(rule_text(request.criterion), 100, subsequent_indent="  "),
         "",
