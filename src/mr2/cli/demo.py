@@ -23,6 +23,10 @@ from typing import Any
 
 #: Where the demo downloads Fashion-MNIST when the Debian package is absent.
 LOCAL_DATA_ROOT = Path("data") / "fashion-mnist"
+#: The Debian package's location (``mr2.data.fashion_mnist.DEFAULT_FASHION_MNIST_ROOT``, spelled out
+#: here so that ``mr2 demo --help`` imports no torch).
+DEBIAN_DATA_ROOT = Path("/usr/share/datasets/fashion-mnist")
+FULL_PROTOCOL_PRESET = "fashion-mnist"
 DOWNLOAD_TIMEOUT_S = 30.0
 DATA_UNAVAILABLE = (
     "mr2 demo: Fashion-MNIST is not available.\n"
@@ -43,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default="runs", metavar="DIR",
                         help="where the demo's sweep directory goes (default: runs -> runs/demo)")
     parser.add_argument("--data-root", metavar="DIR",
-                        help="directory holding the Fashion-MNIST IDX files (default: searched, see above)")
+                        help=f"directory holding the Fashion-MNIST IDX files (default: {DEBIAN_DATA_ROOT}, "
+                        f"then {LOCAL_DATA_ROOT}, else downloaded into {LOCAL_DATA_ROOT})")
     parser.add_argument("--no-download", action="store_true",
                         help="never download Fashion-MNIST (fail with instructions instead)")
     parser.add_argument("--workers", type=int, metavar="N",
@@ -191,6 +196,13 @@ def run(args: argparse.Namespace) -> int:
         print("Plots:", file=out)
         for path in plots:
             print(f"  {path}", file=out)
-    print("\nFull protocol (ERM, MR2 and 7 baselines x 3 seeds, < 30 min): mr2 sweep --preset fashion-mnist",
-          file=out)
+    print(f"\n{full_protocol_line()}", file=out)
     return 0 if result.ok else 1
+
+
+def full_protocol_line() -> str:
+    """The closing line: the full protocol's preset, with its description (and measured duration)."""
+    from mr2.sweep.presets import preset_descriptions
+
+    description = preset_descriptions()[FULL_PROTOCOL_PRESET]
+    return f"Full protocol, mr2 sweep --preset {FULL_PROTOCOL_PRESET}: {description}"
