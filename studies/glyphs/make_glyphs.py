@@ -89,8 +89,8 @@ OUT_SUFFIX = "make_glyphs: --out must end in .npz, got {out}"
 
 # (class name, member characters, why they are one class). The first member names the class.
 # Members are the characters whose glyphs are the same shape in most fonts once the glyph's ink box
-# is fitted to the image box (studies/glyphs/lookalikes.py measures it); each variant renders the
-# members in turn (variant v renders member v mod len(members)).
+# is fitted to the image box (studies/glyphs/lookalikes.py measures it); a font's variants render the
+# members in turn, from a member fixed by the font file's name (crc32), so all are used across fonts.
 _LATIN_CAPS_SAME_AS_SMALL = "lower case is the capital's shape at a smaller size"
 _CAP_LOOKALIKES = "Greek / Cyrillic capital drawn as the Latin one"
 CLASSES: tuple[tuple[str, str, str], ...] = (
@@ -372,10 +372,12 @@ def render_split(
     row = 0
     for font in fonts:
         face = ImageFont.truetype(str(font.path), RENDER_EM, layout_engine=ImageFont.Layout.BASIC)
+        first = zlib.crc32(font.name.encode())  # fonts start at different members
         for label, (_, members, _) in enumerate(CLASSES):
             for variant in range(variants):
                 rng = np.random.default_rng(_image_seed(seed, font.name, label, variant))
-                images[row, 0] = render(face, members[variant % len(members)], size, Distortion.draw(rng))
+                char = members[(first + variant) % len(members)]
+                images[row, 0] = render(face, char, size, Distortion.draw(rng))
                 labels[row] = label
                 row += 1
     return images, labels
