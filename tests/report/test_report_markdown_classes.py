@@ -70,13 +70,16 @@ def test_per_class_rows_run_from_the_hardest_class_and_name_the_tier(tmp_path: P
     assert len(rows) == 10
     ids = [int(row.split("|")[1]) for row in rows]
     reference = np.array([(predictions["logreg"][y_true == k] == k).mean() for k in range(10)])
-    # Hardest first (lowest ranking accuracy), ties by class id.
-    assert ids == sorted(range(10), key=lambda k: (reference[k], k))
+    # Hardest first: the tiers' ranking (accuracy descending, ties by class id ascending) reversed, so
+    # the rows run through the hard tier, then medium, then easy, even across ties (logreg has three
+    # classes at 100% and two at 95%).
+    assert ids == sorted(range(10), key=lambda k: (reference[k], -k))
     tiers = comparison.tiers
     tier_of = {k: tiers.names[tiers.assignment[k]] for k in range(10)}
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[3] == tier_of[int(cells[0])]
+    assert [tiers.assignment[k] for k in ids] == sorted((tiers.assignment[k] for k in ids), reverse=True)
 
 
 def test_summary_names_the_worst_classes(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from mr2.report.comparison import Comparison
 from mr2.report.csv_cells import csv_row
 from mr2.report.diagnostics import CLASS_STATISTICS, ClassDiagnostics
 from mr2.report.statistics import RankCorrelation, mean_std
+from mr2.report.tiers import ranking_order
 
 __all__ = [
     "Cell",
@@ -383,17 +384,20 @@ def per_class_table(comparison: Comparison) -> Table:
 
 
 def hardest_first(comparison: Comparison) -> list[int]:
-    """Class ids from the lowest ranking accuracy (the hardest, the tiers' order) to the highest; ties
-    by class id, classes without a ranking accuracy last.
+    """Class ids from the hardest to the easiest: the tiers' ranking
+    (:func:`mr2.report.tiers.ranking_order`) reversed, so the rows run through the hard tier first
+    even across ties; classes without a ranking accuracy last, by id.
 
     >>> import numpy as np
     >>> from types import SimpleNamespace
     >>> tiers = SimpleNamespace(reference_accuracy=np.array([0.9, np.nan, 0.5, 0.9]))
     >>> hardest_first(SimpleNamespace(tiers=tiers))
-    [2, 0, 3, 1]
+    [2, 3, 0, 1]
     """
-    order = np.argsort(comparison.tiers.reference_accuracy, kind="stable")
-    return [int(k) for k in order]
+    accuracy = comparison.tiers.reference_accuracy
+    ranked = ranking_order(accuracy)[::-1]
+    unranked = np.flatnonzero(np.isnan(accuracy))
+    return [int(k) for k in (*ranked, *unranked)]
 
 
 def per_class_csv(comparison: Comparison) -> str:

@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from mr2.report.exceptions import MissingClassWarning, ReportError
 
-__all__ = ["TierSplit", "assign_tiers", "default_tier_names", "tier_means"]
+__all__ = ["TierSplit", "assign_tiers", "default_tier_names", "ranking_order", "tier_means"]
 
 NUM_TIERS_INVALID = (
     "num_tiers must be an integer between 1 and the number of ranked classes ({num_ranked}), "
@@ -71,6 +71,20 @@ def _format_ids(ids: NDArray[np.int64], limit: int = 20) -> str:
     return shown + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
 
 
+def ranking_order(accuracy: ArrayLike) -> NDArray[np.int64]:
+    """The class ids that have an accuracy, from the easiest to the hardest: the order the tiers are
+    cut from (accuracy descending, ties by class id ascending; NaN classes left out).
+
+    Example:
+        >>> ranking_order([0.5, 0.9, 0.5, np.nan, 0.7]).tolist()
+        [1, 4, 0, 2]
+    """
+    acc = np.asarray(accuracy, dtype=np.float64)
+    # NaN sorts last under -acc with lexsort, so the ranked classes come first.
+    order = np.lexsort((np.arange(acc.shape[0]), -acc))
+    return order[: int((~np.isnan(acc)).sum())].astype(np.int64)
+
+
 def assign_tiers(accuracy: ArrayLike, num_tiers: int = 3) -> NDArray[np.int64]:
     """Tier index of each class (0 = easiest), ranking by ``accuracy`` descending.
 
@@ -99,9 +113,7 @@ def assign_tiers(accuracy: ArrayLike, num_tiers: int = 3) -> NDArray[np.int64]:
         or not 1 <= num_tiers <= num_ranked
     ):
         raise ReportError(NUM_TIERS_INVALID.format(num_ranked=num_ranked, num_tiers=num_tiers))
-    class_ids = np.arange(acc.shape[0])
-    # NaN sorts last under -acc with lexsort, so the ranked classes come first.
-    order = np.lexsort((class_ids, -acc))[:num_ranked]
+    order = ranking_order(acc)
     base, extra = divmod(num_ranked, int(num_tiers))
     sizes = np.full(int(num_tiers), base, dtype=np.int64)
     sizes[:extra] += 1
