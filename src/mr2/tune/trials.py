@@ -17,9 +17,9 @@ reads ``val.npz`` only (:meth:`TrialStore.validation`); ``test.npz`` is read for
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
-from mr2.io import atomic_write_json
+from mr2.io import atomic_write_bytes, atomic_write_json
 from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError
 
@@ -208,17 +208,10 @@ def _ids_dtype(num_classes: int) -> type[np.integer[Any]]:
 
 
 def _atomic_npz(path: Path, arrays: Mapping[str, Any]) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 class TrialStore:
