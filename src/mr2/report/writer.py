@@ -2,7 +2,8 @@
 
 Layout of ``out/``::
 
-    report.md           the tables, diagnostics and plots in one readable page
+    report.md           one readable page: the worst classes by name, the comparison tables, bootstrap
+                        intervals, diagnostics, the per-class table (hardest class first) and plots
     report.html         the same page, self-contained (plots inline), per-class table sortable
     report.json         everything (comparison, per-run reports, bootstrap intervals, diagnostics)
     comparison.csv      one row per (method, metric): mean, std over seeds, difference, t-test
