@@ -163,6 +163,7 @@ _SAME_DESIGN = {
     "FreeMono": "Nimbus Mono PS",
     "Open Sans": "Noto Sans",  # Noto Sans is derived from Open Sans
     "CMU Classical Serif": "CMU Serif",
+    "Linux Libertine Display O": "Linux Libertine O",
     "GentiumAlt": "Gentium",
 }
 _WIDTH_OR_SIZE = re.compile(

@@ -188,6 +188,8 @@ def test_font_problems(glyphs: ModuleType, tmp_path: Path) -> None:
         ("Arimo", "Liberation Sans"),
         ("FreeSerif", "Nimbus Roman"),
         ("Nimbus Sans Narrow", "Nimbus Sans"),
+        ("Linux Libertine Display O", "Linux Libertine O"),
+        ("CMU Serif Upright Italic", "CMU Serif"),
         ("DejaVu Sans Mono", "DejaVu Sans Mono"),
         ("EB Garamond", "EB Garamond"),
     ],
