@@ -11,8 +11,13 @@ import pytest
 pytest.importorskip("transformers", reason="the transformers extra is not installed")
 pytest.importorskip("accelerate", reason="the transformers extra is not installed")
 
+import os
+import subprocess
+import sys
+
 import safetensors.torch
 import torch
+import torch.distributed as dist
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -46,10 +51,11 @@ class Pixels(torch.utils.data.Dataset):
         return {"pixel_values": self.inputs[index], "labels": self.target[index]}
 
 
-def tiny_model() -> ClassifierForTrainer:
+def tiny_model(**loss_options: Any) -> ClassifierForTrainer:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(IN_DIM, FEATURE_DIM), nn.Tanh(), nn.Linear(FEATURE_DIM, NUM_CLASSES))
-    return ClassifierForTrainer(net, MR2Loss(NUM_CLASSES, feature_dim=FEATURE_DIM, momentum=0.6))
+    criterion = MR2Loss(NUM_CLASSES, feature_dim=FEATURE_DIM, momentum=0.6, **loss_options)
+    return ClassifierForTrainer(net, criterion)
 
 
 def make_trainer(
@@ -208,3 +214,24 @@ def test_a_transformers_image_classifier_through_the_trainer(tmp_path):
     assert torch.equal(saved["criterion.statistics.samples_seen"], model.criterion.statistics.samples_seen)
     assert model.criterion.statistics.samples_seen.sum() == 16  # 2 shuffled batches of 8
     assert trainer.evaluate()["eval_overall"] >= 0.0
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="gloo unavailable")
+def test_trainer_ddp_on_two_cpu_processes_equals_one_process_with_the_doubled_batch(tmp_path):
+    # torchrun + the Trainer's own DDP (accelerate, gloo): 2 ranks x 4 samples per step. With global
+    # representation pairs, the statistics AND the weights after 3 SGD steps equal one process with
+    # batch 8: MR2ComputeLoss's scaling by num_items_in_batch is right under DDP.
+    worker = Path(__file__).with_name("hf_ddp_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               str(worker), str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"torchrun failed:\n{done.stdout}\n{done.stderr}"
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(2)]
+    single = tiny_model(pairs="global")
+    make_trainer(single, tmp_path / "single", max_steps=3, optim="sgd").train()
+    for part, expected in (("statistics", statistics(single)), ("weights", single.model.state_dict())):
+        for name, value in expected.items():
+            assert torch.equal(ranks[1][part][name], ranks[0][part][name]), name
+            torch.testing.assert_close(ranks[0][part][name], value, rtol=1e-5, atol=1e-6, msg=name)

@@ -118,8 +118,8 @@ class MR2ComputeLoss:
     (it is expected to be normalised over the accumulated batch): MR2's batch mean is multiplied by
     ``labels.numel() / num_items_in_batch``, so the accumulated gradient is that of the mean over
     all the micro-batches (over all ranks under DDP, where the Trainer gathers ``num_items_in_batch``
-    and scales by the number of processes). Without ``num_items_in_batch`` (evaluation) the batch
-    mean is returned.
+    and scales by the number of processes; tested on 2 gloo ranks with ``pairs="global"``).
+    Without ``num_items_in_batch`` (evaluation) the batch mean is returned.
     """
 
     def __init__(self, criterion: MR2Loss) -> None:
