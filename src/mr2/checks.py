@@ -8,9 +8,11 @@ values on the host: they run for CPU tensors, and for accelerator tensors only w
 
 from __future__ import annotations
 
-from typing import Literal, TypeGuard
+from typing import Literal
 
 import torch
+
+from mr2.value_types import is_int, is_number
 
 __all__ = [
     "CheckValues",
@@ -64,16 +66,6 @@ STATISTICS_OVERFLOW = (
     "values. Normalise or rescale the features (or the input data) so that squared feature norms "
     "stay far below 3.4e38."
 )
-
-
-def is_int(value: object) -> TypeGuard[int]:
-    """``value`` is a Python ``int`` and not a ``bool`` (``True`` is an ``int`` to ``isinstance``)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> TypeGuard[int | float]:
-    """``value`` is a Python ``int`` or ``float`` and not a ``bool``."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class MR2InputError(ValueError):

@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 __all__ = [
     "WriteError",
     "append_jsonl",
@@ -112,7 +110,10 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | N
 
 
 def atomic_save_torch(path: str | os.PathLike[str], obj: Any) -> None:
-    """``torch.save`` ``obj`` to ``path`` atomically."""
+    """``torch.save`` ``obj`` to ``path`` atomically (torch imported here: the text and JSON writers
+    serve the command line's fast paths, which import no torch)."""
+    import torch
+
     with _atomic_file(path, "wb") as handle:
         torch.save(obj, handle)
 

@@ -2,6 +2,11 @@
 
 Each subcommand lives in its own module under :mod:`mr2.cli` and exposes ``add_arguments(parser)``
 and ``run(args) -> int``. The CLI only parses arguments, builds configs and calls library code.
+
+Start-up is kept short: only the module of the subcommand being run is imported, and the subcommand
+modules import torch (and numpy) inside ``run``, so ``mr2 --help``, ``mr2 --version``, every
+``mr2 COMMAND --help``, ``mr2 presets`` and ``mr2 sweep status DIR`` never import them
+(tests/package/test_cli_startup.py checks it).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from mr2 import __version__
 
@@ -25,7 +30,9 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The ``mr2`` parser. Only the subcommands in ``commands`` (default: all) have their module
+    imported and their arguments added; the others are listed by ``mr2 --help`` all the same."""
     parser = argparse.ArgumentParser(
         prog="mr2",
         description="Measure and reduce class-wise accuracy disparity (MR2 margin regularization).",
@@ -33,15 +40,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mr2 {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name, help_text in SUBCOMMANDS:
-        module = importlib.import_module(module_name)
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(sub_parser)
-        sub_parser.set_defaults(_run=module.run)
+        if commands is None or name in commands:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub_parser)
+            sub_parser.set_defaults(_run=module.run)
     return parser
 
 
+def _named_command(argv: Sequence[str]) -> list[str]:
+    """The subcommand named in ``argv`` (none or one): its first argument that is not an option
+    (``mr2`` itself takes only ``--help`` and ``--version``)."""
+    return [arg for arg in argv if not arg.startswith("-")][:1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_named_command(argv))
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from mr2.report.exceptions import ReportError
 from mr2.report.limits import DEFAULT_MAX_CLASSES
-from mr2.report.run_dir import RunRecord
 from mr2.report.settings import ReportSettings
+
+if TYPE_CHECKING:  # numpy: not imported by `mr2 report --help`
+    from mr2.report.run_dir import RunRecord
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

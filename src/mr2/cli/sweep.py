@@ -113,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
     for) and the report was written; 1: some run failed (the others ran; the report covers them);
     2: invalid input or an operating-system error; 128 + the signal's number when stopped by a
     signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), after stopping its trainers."""
-
+    if args.spec == "status" and args.target is not None:
+        return _status(Path(args.target))
+    if args.spec == "report" and args.target is not None:
+        return _report(Path(args.target), args)
 
     from mr2.config import ConfigError, load_yaml
     from mr2.report.tables import comparison_markdown
@@ -121,8 +124,6 @@ def run(args: argparse.Namespace) -> int:
     from mr2.sweep.presets import preset_path
     from mr2.sweep.spec import spec_from_dict
 
-    if args.spec in ("status", "report") and args.target is not None:
-        return _inspect(args.spec, Path(args.target), args)
     try:
         if args.target is not None:
             raise SweepSpecError(f"unexpected argument {args.target!r}; did you mean `mr2 sweep status "
@@ -165,19 +166,29 @@ def _os_error(error: OSError) -> str:
     return f"{error.strerror or error}{where}"
 
 
-def _inspect(command: str, sweep_dir: Path, args: argparse.Namespace) -> int:
-    """``mr2 sweep status DIR`` (0) / ``mr2 sweep report DIR`` (0 written; 1 no report: no finished
-    reference run); 2 when DIR is not a sweep directory."""
+def _status(sweep_dir: Path) -> int:
+    """``mr2 sweep status DIR``: 0; 2 when DIR is not a sweep directory. Imports no torch."""
+    from mr2.sweep.spec import SweepSpecError
+    from mr2.sweep.status import status_table, sweep_status
+
+    try:
+        print(status_table(sweep_status(sweep_dir)))
+    except SweepSpecError as error:
+        print(f"mr2 sweep: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _report(sweep_dir: Path, args: argparse.Namespace) -> int:
+    """``mr2 sweep report DIR``: 0 written; 1 no report (no finished reference run); 2 when DIR is
+    not a sweep directory."""
     from mr2.report.exceptions import ReportError
     from mr2.report.tables import comparison_markdown
     from mr2.sweep import SweepSpecError, plan_sweep, write_sweep_report
     from mr2.sweep.selection import SelectionError
-    from mr2.sweep.status import load_sweep, status_table, sweep_status
+    from mr2.sweep.status import load_sweep
 
     try:
-        if command == "status":
-            print(status_table(sweep_status(sweep_dir)))
-            return 0
         spec = load_sweep(sweep_dir)
         points = plan_sweep(spec)
     except SweepSpecError as error:

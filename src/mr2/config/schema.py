@@ -8,9 +8,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from mr2.checks import is_int, is_number
 from mr2.config.errors import ConfigError
 from mr2.config.names import check_name
+from mr2.value_types import is_int, is_number
 
 __all__ = [
     "ConfigError",

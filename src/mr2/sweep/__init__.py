@@ -20,13 +20,57 @@ Modules:
 
 from __future__ import annotations
 
-from mr2.sweep.plan import RunPoint, format_value, plan_sweep
-from mr2.sweep.presets import load_preset, preset_descriptions, preset_names, preset_path
-from mr2.sweep.report import SweepReport, SweepReportError, write_sweep_report
-from mr2.sweep.run import SweepResult, describe_plan, prepare_sweep, run_sweep
-from mr2.sweep.runner import RunOutcome, SweepInterrupted, run_points
-from mr2.sweep.selection import Selection, SelectionError, SettingScore, select_settings
-from mr2.sweep.spec import MethodEntry, ReportOptions, SweepSpec, SweepSpecError, load_spec, spec_from_dict
+from typing import TYPE_CHECKING
+
+from mr2.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from mr2.sweep.plan import RunPoint, format_value, plan_sweep
+    from mr2.sweep.presets import load_preset, preset_descriptions, preset_names, preset_path
+    from mr2.sweep.report import SweepReport, SweepReportError, write_sweep_report
+    from mr2.sweep.run import SweepResult, describe_plan, prepare_sweep, run_sweep
+    from mr2.sweep.runner import RunOutcome, SweepInterrupted, run_points
+    from mr2.sweep.selection import Selection, SelectionError, SettingScore, select_settings
+    from mr2.sweep.spec import (
+        MethodEntry,
+        ReportOptions,
+        SweepSpec,
+        SweepSpecError,
+        load_spec,
+        spec_from_dict,
+    )
+
+#: public name -> the module that defines it (imported on first access, so that ``mr2 sweep status``
+#: and the spec loader import no torch)
+EXPORTS: dict[str, str] = {
+    "RunPoint": "mr2.sweep.plan",
+    "format_value": "mr2.sweep.plan",
+    "plan_sweep": "mr2.sweep.plan",
+    "load_preset": "mr2.sweep.presets",
+    "preset_descriptions": "mr2.sweep.presets",
+    "preset_names": "mr2.sweep.presets",
+    "preset_path": "mr2.sweep.presets",
+    "SweepReport": "mr2.sweep.report",
+    "SweepReportError": "mr2.sweep.report",
+    "write_sweep_report": "mr2.sweep.report",
+    "SweepResult": "mr2.sweep.run",
+    "describe_plan": "mr2.sweep.run",
+    "prepare_sweep": "mr2.sweep.run",
+    "run_sweep": "mr2.sweep.run",
+    "RunOutcome": "mr2.sweep.runner",
+    "SweepInterrupted": "mr2.sweep.runner",
+    "run_points": "mr2.sweep.runner",
+    "Selection": "mr2.sweep.selection",
+    "SelectionError": "mr2.sweep.selection",
+    "SettingScore": "mr2.sweep.selection",
+    "select_settings": "mr2.sweep.selection",
+    "MethodEntry": "mr2.sweep.spec",
+    "ReportOptions": "mr2.sweep.spec",
+    "SweepSpec": "mr2.sweep.spec",
+    "SweepSpecError": "mr2.sweep.spec",
+    "load_spec": "mr2.sweep.spec",
+    "spec_from_dict": "mr2.sweep.spec",
+}
 
 __all__ = [
     "MethodEntry",
@@ -57,3 +101,6 @@ __all__ = [
     "spec_from_dict",
     "write_sweep_report",
 ]
+
+if not TYPE_CHECKING:  # type checkers see the names imported above, and no catch-all
+    __getattr__ = lazy_exports(__name__, EXPORTS)

@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mr2.checks import is_int
 from mr2.config import ConfigError, config_from_dict, load_yaml
 from mr2.config.paths import get_dotted
 from mr2.config.schema import build_dataclass
 from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
+from mr2.value_types import is_int
 
 __all__ = [
     "MAX_RUNS",
