@@ -24,7 +24,7 @@ from mr2.tune.selection import (
     choose,
     read_validation,
 )
-from mr2.tune.trial_tune import TuneResult, tune
+from mr2.tune.trial_tune import TrialTuneRequest, TuneResult, describe_trials, make_trial_request, tune
 from mr2.tune.trials import Predictions, Trial, TrialPredictions
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "Trial",
     "TrialError",
     "TrialPredictions",
+    "TrialTuneRequest",
     "TuneInputError",
     "TuneOutcome",
     "TuneRequest",
@@ -45,9 +46,11 @@ __all__ = [
     "ValidationFigures",
     "candidates",
     "choose",
+    "describe_trials",
     "describe_tune",
     "loss_from_spec",
     "make_request",
+    "make_trial_request",
     "parse_loss_spec",
     "read_validation",
     "run_tune",
