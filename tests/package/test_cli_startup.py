@@ -8,6 +8,7 @@ Each command runs in a fresh interpreter (a subprocess), so that what it imports
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -118,3 +119,16 @@ def test_import_mr2_is_cheap_and_public_names_resolve_in_a_fresh_interpreter() -
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_startup_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # Smoke test of benchmarks/bench_cli_startup.py (no timing assertion: the figures go to BENCHMARKS).
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cli_startup.py"
+    spec = importlib.util.spec_from_file_location("bench_cli_startup", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.main(["--quick"])
+    assert set(result) == {"python -c pass", "mr2 --version", "mr2 --help", "difference"}
+    assert all(value > 0 for key, value in result.items() if key != "difference")
+    assert "| `mr2 --version` |" in capsys.readouterr().out
