@@ -23,6 +23,7 @@ from mr2.tune.run import (
     MISSING_SEEDS,
     NO_VALIDATION_SPLIT,
     NOT_ACCEPTED,
+    OLD_RUNS,
     OVERLAPPING_SEEDS,
     TOO_FEW_SEEDS,
     TOO_MANY_SEEDS,
@@ -339,3 +340,22 @@ def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_tr
     assert [(c["label"], c["scores"], c["eligible"]) for c in python["selection"]["candidates"]] == [
         (c["label"], c["scores"], c["eligible"]) for c in engine["selection"]["candidates"]]
     assert python["verdict"] == engine["verdict"]
+
+
+def test_runs_of_an_older_mr2_without_predictions_fall_back_and_say_so(tuned, tmp_path, capsys):
+    """Runs finished before the engine wrote predictions/: the selection ranks and scores on the same
+    validation samples (final.json's per-class figures) and says so; the confirmation gets no verdict,
+    and the record says which run lacks its test predictions."""
+    import shutil
+
+    directory, args = _finished_copy(tuned, tmp_path)
+    for predictions in directory.glob("*/*__seed=*/predictions"):
+        shutil.rmtree(predictions)
+    capsys.readouterr()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert OLD_RUNS in out
+    record = json.loads((directory / "recommendation.json").read_text())
+    assert record["selection"]["tier_rule"] == "same_samples" and "same samples" in record["rule"]
+    assert record["verdict"] is None and record["verdict_error"].endswith(
+        "has no predictions/test.npz (finished by an older mr2); delete it and rerun the tune for a verdict")
