@@ -140,7 +140,7 @@ def test_classes_balance_shapes_and_family_split(benchmark: tuple[Path, Path, st
         assert torch.equal(torch.bincount(y, minlength=100), torch.full((100,), per_class))
         # No blank image: every one has strong ink, and ink covers a real share of the box.
         flat = x.flatten(1)
-        assert int(flat.amax(dim=1).min()) >= 128
+        assert torch.equal(flat.amax(dim=1), torch.full((len(x),), 255, dtype=torch.uint8))
         assert int((flat >= 128).sum(dim=1).min()) >= 20
         # Fitted to the box: the ink's longer side spans at least 75% of the 30 pixels inside the margin.
         rows = (x[:, 0] > 0).any(dim=2).sum(dim=1)
