@@ -174,3 +174,49 @@ def test_the_command_source_runs_every_trial_as_a_submitit_job(tmp_path, capsys)
     assert record["label"] == "mr2-logit_only-c1"
     jobs = list((tmp_path / "c" / "submitit").glob("*/*_result.pkl"))
     assert len(jobs) == 8 + 4  # every selection and confirmation trial ran as a job
+
+
+def _wait_for(condition, seconds: float = 120.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_stops_the_running_commands(tmp_path, workers):
+    """SIGTERM to ``mr2 tune --command``: the running trial's command (its whole process group) is
+    stopped, tune exits 128 + 15, and nothing of the trial is stored as finished."""
+    import os
+    import signal
+    import subprocess
+
+    command = ": {loss} {seed}; echo $$ > {out}/pid; exec sleep 600"
+    process = subprocess.Popen([sys.executable, "-m", "mr2", "tune", "--command", command, "--num-classes", "3",
+                                "--seeds", "2", "--confirm-seeds", "2", "--output-dir", str(tmp_path), "--name", "s",
+                                "--workers", workers],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pid_file = tmp_path / "s" / "trials" / "selection" / "erm" / "seed=0" / "output" / "pid"
+    try:
+        assert _wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip().isdigit())
+        child = int(pid_file.read_text())
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted (SIGTERM)" in err
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        return Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
+
+    assert _wait_for(gone)
+    assert not (pid_file.parent.parent / "trial.json").exists()

@@ -17,6 +17,7 @@ is done by :func:`mr2.tune.run_tune` (``--config``) and :func:`mr2.tune.trial_tu
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,19 @@ CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training
 NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP while the trials run (a BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way takes it for a trial's failure)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
 def _run_command(args: argparse.Namespace) -> int:
     """``mr2 tune --command``: trials of the user's own training command."""
     from concurrent.futures import ThreadPoolExecutor
@@ -135,7 +149,7 @@ def _run_command(args: argparse.Namespace) -> int:
     from mr2.report.predictions import read_class_names
     from mr2.sweep import SweepSpecError
     from mr2.tune import TuneInputError, TuneSelectionError
-    from mr2.tune.command import CommandSource, check_command
+    from mr2.tune.command import CommandSource, allow_commands, check_command, stop_commands
     from mr2.tune.run import BAD_COUNT
     from mr2.tune.trial_tune import describe_trials, make_trial_request, tune_trials
     from mr2.tune.trials import TrialStore
@@ -181,6 +195,8 @@ def _run_command(args: argparse.Namespace) -> int:
         executor = slurm_executor(request.directory / "submitit", launcher, f"mr2-tune-{request.name}")
     elif args.workers > 1:
         executor = ThreadPoolExecutor(args.workers)
+    allow_commands()
+    previous = {signum: signal.signal(signum, _raise_stopped) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = tune_trials(request, source, executor=executor, log=source.log)
     except TuneInputError as error:  # a trial's command failed or wrote unusable predictions
@@ -189,7 +205,19 @@ def _run_command(args: argparse.Namespace) -> int:
     except TuneSelectionError as error:
         print(f"mr2 tune: no recommendation: {error}", file=sys.stderr)
         return EXIT_FAILED_RUNS
-    finally:
+    except (_Stopped, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
         if isinstance(executor, ThreadPoolExecutor):
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=False, cancel_futures=True)  # no queued trial starts
+        stop_commands()
+        print(f"\nmr2 tune: interrupted ({signal.Signals(signum).name}); the running trials' commands were "
+              "stopped, finished trials are kept; run the same command again to resume.", file=sys.stderr)
+        return 128 + signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if isinstance(executor, ThreadPoolExecutor):
+            executor.shutdown(wait=False, cancel_futures=True)
+            stop_commands()  # e.g. after a trial's error while others still run
+            executor.shutdown(wait=True)
     return 0 if result.report_dir is not None else EXIT_FAILED_RUNS

@@ -7,19 +7,24 @@ seed) and ``{out}`` (a per-trial directory, shell-quoted, where the command must
 
     python train.py --loss-json {loss} --seed {seed} --out {out}
 
-Each trial runs it with ``/bin/sh -c`` in the current directory; its output (stdout and stderr) goes
-to ``trials/<phase>/<label>/seed=<s>/train.log``. A command that exits non-zero, writes no
-predictions, or writes predictions tune cannot use is a :class:`mr2.tune.TrialError` naming the trial
-and that log file.
+Each trial runs it with ``/bin/sh -c`` in the current directory, in a process group of its own; its
+output (stdout and stderr) goes to ``trials/<phase>/<label>/seed=<s>/train.log``. When tune is
+stopped (Ctrl-C, SIGTERM, SIGHUP), :func:`stop_commands` stops the running commands' process
+groups. A command that exits non-zero, writes no predictions, or writes predictions tune cannot
+use is a :class:`mr2.tune.TrialError` naming the trial and that log file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import string
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +33,7 @@ from mr2.report.predictions import read_predictions
 from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.trials import SPLITS, Predictions, Trial, TrialPredictions, TrialStore
 
-__all__ = ["PLACEHOLDERS", "CommandSource", "check_command"]
+__all__ = ["PLACEHOLDERS", "CommandSource", "allow_commands", "check_command", "stop_commands"]
 
 #: The placeholders a command must hold, each once or more.
 PLACEHOLDERS = ("loss", "seed", "out")
@@ -56,6 +61,7 @@ NO_PREDICTIONS = (
     "test.npz into {{out}} (log: {log})"
 )
 BAD_PREDICTIONS = "trial {trial}: {error} (log: {log})"
+STOPPED = "trial {trial} was not started: tune is stopping"
 
 
 def check_command(template: str) -> str:
@@ -83,6 +89,41 @@ def check_command(template: str) -> str:
     if missing:
         raise TuneInputError(MISSING_PLACEHOLDER.format(names=" or ".join(missing)))
     return template
+
+
+#: The trials' command processes running in this process (their session leaders).
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def stop_commands(grace: float = 5.0) -> int:
+    """Stop every trial command this process started and is still waiting for: SIGTERM to each
+    command's process group (the shell and what it started), SIGKILL after ``grace`` seconds.
+    Returns how many were running."""
+    with _LOCK:
+        _STOPPING.set()  # no command starts after this
+        running = list(_RUNNING)
+    _stop(running, grace)
+    return len(running)
+
+
+def allow_commands() -> None:
+    """Let trial commands start again after :func:`stop_commands` (a new tune in the same process)."""
+    _STOPPING.clear()
+
+
+def _stop(running: list[subprocess.Popen[bytes]], grace: float) -> None:
+    for process in running:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -117,11 +158,24 @@ class CommandSource:
         with open(log, "w", encoding="utf-8") as handle:
             handle.write(f"$ {command}\n")
             handle.flush()
+            with _LOCK:
+                if _STOPPING.is_set():
+                    raise TrialError(STOPPED.format(trial=trial.name))
+                try:
+                    process = subprocess.Popen(["/bin/sh", "-c", command], stdout=handle,
+                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                               start_new_session=True)
+                except OSError as error:
+                    raise TrialError(NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
+                _RUNNING.add(process)
             try:
-                code = subprocess.run(["/bin/sh", "-c", command], stdout=handle, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, env=env, check=False).returncode
-            except OSError as error:
-                raise TrialError(NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
+                code = process.wait()
+            except BaseException:  # interrupted while waiting (Ctrl-C, SIGTERM): stop the command too
+                _stop([process], 5.0)
+                raise
+            finally:
+                with _LOCK:
+                    _RUNNING.discard(process)
         if code != 0:
             raise TrialError(EXIT_CODE.format(trial=trial.name, code=code, log=log))
         splits = {}
