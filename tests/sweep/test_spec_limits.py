@@ -71,3 +71,22 @@ def test_the_cli_refuses_a_huge_sweep_with_one_line_and_writes_nothing(tmp_path,
     assert main(["sweep", str(file), "--seeds", f"0,{2**40}"]) == 2
     assert f"got {2**40}" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        (".", "'.' and '..' name directories, not runs"),
+        ("..", "'.' and '..' name directories, not runs"),
+        ("my\nsweep", "it contains a control character"),
+        ("a/b", "it contains a path separator"),
+        (" padded", "it begins or ends with whitespace"),
+    ],
+)
+def test_sweep_names_follow_the_shared_name_rule(name, problem):
+    # One rule for run, sweep and tune names (mr2.config.names); the spec used its own '/' check.
+    from mr2.config.names import BAD_NAME
+
+    with pytest.raises(SweepSpecError) as caught:
+        _spec(name=name)
+    assert str(caught.value) == BAD_NAME.format(what="sweep key 'name'", value=repr(name), problem=problem)

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mr2.config import ConfigError, config_from_dict, load_yaml
+from mr2.config.names import check_name
 from mr2.config.paths import get_dotted
 from mr2.config.schema import build_dataclass
 from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
@@ -465,9 +466,7 @@ def spec_from_dict(
     source_path = Path(source) if source is not None else None
     base = _load_base(raw, source_path)
 
-    name = default_name if raw.name is None else raw.name
-    if not name or "/" in name or name in (".", ".."):
-        raise _wrong("name", "a name without '/'", name)
+    name = check_name(default_name if raw.name is None else raw.name, "sweep key 'name'", SweepSpecError)
     methods = _method_entries(raw, base)
     seeds = _seeds(raw.seeds)
     _check_size(methods, seeds)
