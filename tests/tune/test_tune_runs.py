@@ -103,14 +103,15 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     verdict = record["verdict"]
     assert verdict["seeds"] == [3, 4, 5] and verdict["hard_classes"] == record["selection"]["hard_tier_classes"]
     assert verdict["outcome"] in ("confirmed", "supported", "not confirmed", "contradicted", "nothing to confirm")
-    assert f"Verdict: {verdict['outcome']}" in out
-    marker = ("paste into your run configuration):\n" if verdict["outcome"] in ("confirmed", "supported",
-                                                                               "nothing to confirm")
-              else "The chosen configuration was:\n")
-    block = out.split(marker, 1)[1].split("Confirmation on fresh seeds")[0]
-    method = yaml.safe_load(textwrap.dedent(block))["method"]
-    assert method == {"name": record["method"], "options": record["options"]}
-    assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
+    assert f"): {verdict['outcome'].upper()}" in out
+    # The ready-to-paste block only where the verdict allows it (confirmed; supported with a caveat).
+    if verdict["outcome"] in ("confirmed", "supported"):
+        block = out.split("Paste into your run configuration", 1)[1].split(":\n", 1)[1]
+        method = yaml.safe_load(textwrap.dedent(block.split("Confirmation on fresh seeds")[0]))["method"]
+        assert method == {"name": record["method"], "options": record["options"]}
+        assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
+    else:
+        assert "Paste into your run configuration" not in out
     methods = record["confirmation"]["figures"]["methods"]
     expected = {"erm"} | {record["label"]}
     assert set(methods) == expected

@@ -46,6 +46,7 @@ from mr2.tune.selection import (
     read_validation,
     rule_text,
 )
+from mr2.tune.text import choice_text, verdict_text
 from mr2.tune.verdict import Verdict, VerdictError, judge
 
 __all__ = [
@@ -79,9 +80,9 @@ OLD_RUNS = (
     "(predictions/val.npz): their tiers are ranked and scored on the same validation samples (the rule "
     "below); delete those runs to rerun them under the split-half rule."
 )
-NOT_BORNE_OUT = (
-    "Chosen on validation but not borne out on fresh seeds (see the verdict): ERM (plain cross-entropy) "
-    "is the safe default. The chosen configuration was:"
+NO_VERDICT_BLOCK = (
+    "Chosen on validation (no verdict on fresh seeds: read the confirmation below before you paste it "
+    "into your run configuration):"
 )
 NO_TEST_PREDICTIONS = (
     "{run} has no predictions/test.npz (finished by an older mr2); delete it and rerun the tune for a verdict"
@@ -332,16 +333,6 @@ def read_engine_runs(points: Sequence[RunPoint]) -> dict[str, list[ValidationFig
     return runs
 
 
-def verdict_text(verdict: Verdict) -> str:
-    """The verdict in one sentence."""
-    if verdict.outcome == "nothing to confirm":
-        return "Verdict: nothing to confirm (ERM was chosen; its confirmation figures are in the report)."
-    return (f"Verdict: {verdict.outcome} ({verdict.chosen} vs ERM on the test hard tier over confirmation "
-            f"seeds {verdict.seeds}: {100 * verdict.mean_difference:+.2f} points on average, one-sided "
-            f"paired t-test p = {verdict.p_greater:.3g}; overall change {100 * verdict.overall_change:+.2f} "
-            "points)")
-
-
 def engine_verdict(choice: Choice, recommended: Candidate, points: Sequence[RunPoint]
                    ) -> tuple[Verdict | None, str]:
     """The verdict (:func:`mr2.tune.verdict.judge`) from the accepted confirmation runs'
@@ -367,20 +358,6 @@ def engine_verdict(choice: Choice, recommended: Candidate, points: Sequence[RunP
 
 def _percent(value: float) -> str:
     return "n/a" if value != value else f"{100 * value:.2f}"
-
-
-def choice_table(choice: Choice) -> str:
-    """Markdown table of every candidate's validation figures (percent, mean ± seed SE)."""
-    lines = ["| candidate | seeds | validation score | validation overall | eligible |",
-             "|---|---|---|---|---|"]
-    for score in choice.scores:
-        mark = " (recommended)" if score.label == choice.recommended else ""
-        lines.append(
-            f"| {score.label}{mark} | {len(score.runs)} | {_percent(score.mean)} ± {_percent(score.se)} | "
-            f"{_percent(score.overall_mean)} ± {_percent(score.overall_se)} | "
-            f"{'yes' if score.eligible else 'no'} |"
-        )
-    return "\n".join(lines)
 
 
 def _git_commit() -> str | None:
@@ -482,8 +459,7 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         print("\n" + OLD_RUNS, file=out)
     rule = rule_text(request.criterion, tier_rule=choice.tier_rule)
     print("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "), file=out)
-    print("\n" + choice_table(choice), file=out)
-    print("\n" + choice.explanation, file=out, flush=True)
+    print("\n" + choice_text(choice), file=out, flush=True)
 
     print(f"\n== confirmation on fresh seeds {request.confirm_seeds} (test split)", file=out, flush=True)
     confirmation = run_sweep(confirmation_spec(request, recommended), stream=out, plots=False)
@@ -521,14 +497,12 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     atomic_write_json(outcome.recommendation_file, record)
     outcome.verdict = verdict
     if verdict is not None:
-        print("\n" + verdict_text(verdict), file=out)
-    elif verdict_error:
-        print(f"\nno verdict: {verdict_error}", file=out)
-    if verdict is None or verdict.pasteable or recommended.is_reference:
-        print("\nRecommended (chosen on validation; paste into your run configuration):\n", file=out)
+        # The pasteable block comes with confirmed and (with its caveat) supported only.
+        print("\n" + verdict_text(verdict, paste=method_yaml(recommended)) + "\n", file=out)
     else:
-        print(f"\n{NOT_BORNE_OUT}\n", file=out)
-    print(textwrap.indent(method_yaml(recommended), "    "), file=out)
+        print(f"\nno verdict: {verdict_error}", file=out)
+        print(f"\n{NO_VERDICT_BLOCK}\n", file=out)
+        print(textwrap.indent(method_yaml(recommended), "    "), file=out)
     if confirmation.report is not None:
         print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
         print(comparison_markdown(confirmation.report.output.comparison), file=out)

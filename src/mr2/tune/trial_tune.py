@@ -47,10 +47,9 @@ from mr2.tune.run import (
     UNKNOWN_CRITERION,
     _git_commit,
     _seeds,
-    choice_table,
-    verdict_text,
 )
 from mr2.tune.selection import CRITERIA, Choice, ValidationFigures, choose, rule_text
+from mr2.tune.text import choice_text, verdict_text
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore, run_trials
 from mr2.tune.verdict import Verdict, VerdictError, judge
 
@@ -311,8 +310,7 @@ def tune_trials(
     recommended = next(c for c in request.candidates if c.label == choice.recommended)
     print("\nRule: " + textwrap.fill(rule_text(request.criterion, tier_rule=choice.tier_rule), 100,
                                      subsequent_indent="  "), file=out)
-    print("\n" + choice_table(choice), file=out)
-    print("\n" + choice.explanation, file=out, flush=True)
+    print("\n" + choice_text(choice), file=out, flush=True)
 
     print(f"\n== confirmation on fresh seeds {request.confirm_seeds} (test split)", file=out, flush=True)
     confirmation = request.confirmation_trials(recommended)
@@ -373,18 +371,14 @@ def tune_trials(
     }
     recommendation_file = request.directory / RECOMMENDATION_FILE
     atomic_write_json(recommendation_file, record)
+    paste = f"loss_spec: {_spec_text(recommended)}   # mr2.tune.loss_from_spec(spec, num_classes=K)"
     if verdict is not None:
-        print("\n" + verdict_text(verdict), file=out)
-    elif verdict_error:
-        print(f"\nno verdict: {verdict_error}", file=out)
-    pasteable = verdict is None or verdict.pasteable or recommended.is_reference
-    if pasteable:
-        print("\nRecommended loss (chosen on validation; mr2.tune.loss_from_spec(spec, num_classes=K)):\n",
-              file=out)
+        # The pasteable block comes with confirmed and (with its caveat) supported only.
+        print("\n" + verdict_text(verdict, paste=paste), file=out)
     else:
-        print("\nChosen on validation but not borne out on fresh seeds: ERM (plain cross-entropy) is the "
-              "safe default. The chosen loss was:\n", file=out)
-    print("    " + _spec_text(recommended), file=out)
+        print(f"\nno verdict: {verdict_error}", file=out)
+        print("\nChosen on validation (no verdict on fresh seeds: read the confirmation below):\n\n    "
+              + paste, file=out)
     if output is not None:
         print("\nConfirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
         print(comparison_markdown(output.comparison), file=out)
