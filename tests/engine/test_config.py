@@ -38,7 +38,7 @@ def test_integer_accepted_for_float_and_converted():
         ({"optim": {"amp": "fp8"}}, "must be one of 'none', 'bf16', 'fp16'"),
         ({"data": 3}, "config section 'data' must be a mapping"),
         ({"data": {"val_fraction": 1.5}}, "config key 'data.val_fraction': must be in [0, 1)"),
-        ({"optim": {"epochs": 0}}, "config key 'optim.epochs': must be >= 1"),
+        ({"optim": {"epochs": 0}}, "config key 'optim.epochs' must be an integer in [1, 100000]; got 0."),
         ({"optim": {"epochs": 2, "warmup_epochs": 3}}, "optim.warmup_epochs"),
         ({"name": "a/b"}, "config key 'name'"),
         ({"regime": "finetune"}, "'finetune' starts from pre-trained weights"),
@@ -58,3 +58,61 @@ def test_bad_override_and_missing_file(tmp_path):
     broken.write_text("a: [1, 2\n")
     with pytest.raises(ConfigError, match="is not valid YAML"):
         load_config(broken)
+
+
+# Stated ranges (issue 22 leftovers found by tests/sweep/test_fuzz_loaders.py): finite floats, seeds
+# numpy accepts, sane maxima for epochs and batch sizes; one-line ConfigErrors, never a traceback.
+@pytest.mark.parametrize(
+    ("text", "path", "expected"),
+    [
+        ("optim: {lr: " + "9" * 400 + "}", "optim.lr", "a finite number"),  # was OverflowError
+        ("optim: {lr: 1.0e+999}", "optim.lr", "a finite number"),
+        ("optim: {lr: .nan}", "optim.lr", "a finite number"),
+        ("optim: {weight_decay: -.inf}", "optim.weight_decay", "a finite number"),
+        ("optim: {grad_clip: .inf}", "optim.grad_clip", "a finite number or null"),
+        ("data: {val_fraction: " + "9" * 400 + "}", "data.val_fraction", "a finite number"),
+        ("seed: -" + "9" * 50, "seed", "an integer in [0, 4294967295]"),
+        ("seed: -1", "seed", "an integer in [0, 4294967295]"),
+        ("seed: 4294967296", "seed", "an integer in [0, 4294967295]"),
+        ("data: {split_seed: -1}", "data.split_seed", "an integer in [0, 4294967295]"),
+        ("optim: {epochs: " + "9" * 400 + "}", "optim.epochs", "an integer in [1, 100000]"),
+        ("data: {batch_size: 99999999999999999999}", "data.batch_size", "an integer in [1, 1048576]"),
+        ("data: {eval_batch_size: 0}", "data.eval_batch_size", "an integer in [1, 1048576]"),
+        ("data: {num_workers: 100000}", "data.num_workers", "an integer in [0, 1024]"),
+    ],
+)
+def test_out_of_range_values_are_one_line_errors(tmp_path, text, path, expected):
+    from mr2.config.schema import OUT_OF_RANGE
+
+    config = tmp_path / "run.yaml"
+    config.write_text(text + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    message = str(caught.value)
+    prefix = OUT_OF_RANGE.format(path=path, expected=expected, value="VALUE").partition("'VALUE'")[0]
+    assert message.startswith(prefix), message
+    assert "\n" not in message and len(message) < 250
+
+
+def test_the_range_limits_themselves_are_accepted():
+    from mr2.config.schema import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_SEED
+
+    config = config_from_dict({"seed": MAX_SEED, "data": {"split_seed": 0, "batch_size": MAX_BATCH_SIZE},
+                               "optim": {"epochs": MAX_EPOCHS, "lr": 1e300}})
+    assert (config.seed, config.data.batch_size, config.optim.epochs) == (MAX_SEED, MAX_BATCH_SIZE, MAX_EPOCHS)
+
+
+@pytest.mark.parametrize(
+    ("data", "start"),
+    [
+        ({"name": ["x" * 200_000]}, "config key 'name' must be str; got ['xxxxxxxx"),
+        ({"optim": {"lr": "9" * 200_000}}, "config key 'optim.lr' must be float; got '99999999"),
+        ({"data": "d" * 200_000}, "config section 'data' must be a mapping of keys to values; got 'dddd"),
+        ({"optim": {"epochs": list(range(100_000))}}, "config key 'optim.epochs' must be int; got [0, 1, 2"),
+    ],
+)
+def test_wrong_type_messages_shorten_huge_values(data, start):
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(data)
+    message = str(caught.value)
+    assert message.startswith(start) and "..." in message and len(message) < 250

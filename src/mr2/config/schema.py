@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -10,9 +11,14 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from mr2.config.errors import ConfigError
 from mr2.config.names import check_name
+from mr2.config.shown import Shown
 from mr2.value_types import is_int, is_number
 
 __all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_EPOCHS",
+    "MAX_NUM_WORKERS",
+    "MAX_SEED",
     "ConfigError",
     "DataSection",
     "MethodSection",
@@ -29,6 +35,16 @@ UNKNOWN_KEY = "unknown config key {path!r}; valid keys here: {valid}."
 WRONG_TYPE = "config key {path!r} must be {expected}; got {value!r} ({type})."
 NOT_A_MAPPING = "config section {path!r} must be a mapping of keys to values; got {value!r}."
 BAD_VALUE = "config key {path!r}: {problem}"
+OUT_OF_RANGE = "config key {path!r} must be {expected}; got {value!r}."
+
+#: Largest seed (``seed``, ``data.split_seed``): numpy's generators take seeds below 2**32.
+MAX_SEED = 2**32 - 1
+#: Most epochs of a run.
+MAX_EPOCHS = 100_000
+#: Largest training or evaluation batch per process.
+MAX_BATCH_SIZE = 2**20
+#: Most DataLoader worker processes.
+MAX_NUM_WORKERS = 1024
 
 
 @dataclass
@@ -91,9 +107,12 @@ class DataSection:
             ("data.train_per_class", self.train_per_class is None or self.imbalance_factor == 1.0,
              "cannot be combined with data.imbalance_factor (both subsample the training split; "
              "set one)"),
-            ("data.batch_size", self.batch_size >= 1, "must be >= 1"),
-            ("data.eval_batch_size", self.eval_batch_size >= 1, "must be >= 1"),
-            ("data.num_workers", self.num_workers >= 0, "must be >= 0"),
+        ])
+        _check_ranges([
+            ("data.split_seed", self.split_seed, 0, MAX_SEED),
+            ("data.batch_size", self.batch_size, 1, MAX_BATCH_SIZE),
+            ("data.eval_batch_size", self.eval_batch_size, 1, MAX_BATCH_SIZE),
+            ("data.num_workers", self.num_workers, 0, MAX_NUM_WORKERS),
         ])
 
 
@@ -187,9 +206,9 @@ class RunConfig:
 
 
 def _check_values(config: RunConfig) -> None:
+    _check_ranges([("seed", config.seed, 0, MAX_SEED), ("optim.epochs", config.optim.epochs, 1, MAX_EPOCHS)])
     checks = [
         ("optim.lr", config.optim.lr > 0, "must be > 0"),
-        ("optim.epochs", config.optim.epochs >= 1, "must be >= 1"),
         ("optim.warmup_epochs", 0 <= config.optim.warmup_epochs <= config.optim.epochs,
          "must be in [0, optim.epochs]"),
         ("optim.weight_decay", config.optim.weight_decay >= 0, "must be >= 0"),
@@ -204,6 +223,14 @@ def _check_values(config: RunConfig) -> None:
     ]
     _raise_failed(checks)
     check_name(config.name, "config key 'name'")
+
+
+def _check_ranges(checks: list[tuple[str, int, int, int]]) -> None:
+    """Integers within their stated range: ``(path, value, lowest, highest)``."""
+    for path, value, low, high in checks:
+        if not low <= value <= high:
+            raise ConfigError(OUT_OF_RANGE.format(path=path, expected=f"an integer in [{low}, {high}]",
+                                                  value=Shown(value)))
 
 
 def _raise_failed(checks: list[tuple[str, bool, str]]) -> None:
@@ -246,6 +273,24 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True
 
 
+def _takes_float(annotation: Any) -> bool:
+    """``float`` or a union with ``float`` (``float | None``)."""
+    return annotation is float or (get_origin(annotation) in (Union, types.UnionType)
+                                   and float in get_args(annotation))
+
+
+def _finite_float(value: int | float, path: str, described: str) -> float:
+    """``value`` as a finite float (an int is converted), else a :class:`ConfigError`."""
+    expected = "a finite number" + (" or null" if "null" in described else "")
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond float's range (a 400-digit number)
+        result = math.inf
+    if not math.isfinite(result):
+        raise ConfigError(OUT_OF_RANGE.format(path=path, expected=expected, value=Shown(value)))
+    return result
+
+
 def _optional_section(annotation: Any, value: Any) -> Any:
     """``Section | None`` with a mapping value: the section (e.g. ``optim.sam``); else as is."""
     if get_origin(annotation) in (Union, types.UnionType) and isinstance(value, dict):
@@ -257,7 +302,7 @@ def _optional_section(annotation: Any, value: Any) -> Any:
 
 def _build(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(NOT_A_MAPPING.format(path=path or "<root>", value=data))
+        raise ConfigError(NOT_A_MAPPING.format(path=path or "<root>", value=Shown(data)))
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
@@ -271,13 +316,11 @@ def _build(cls: type, data: Any, path: str) -> Any:
             continue
         if not _matches(value, annotation):
             raise ConfigError(
-                WRONG_TYPE.format(
-                    path=key_path, expected=_describe(annotation), value=value, type=type(value).__name__
-                )
+                WRONG_TYPE.format(path=key_path, expected=_describe(annotation), value=Shown(value),
+                                  type=type(value).__name__)
             )
-        if annotation is float or (get_origin(annotation) in (Union, types.UnionType)
-                                    and float in get_args(annotation) and isinstance(value, int)):
-            value = float(value)
+        if _takes_float(annotation) and is_number(value):
+            value = _finite_float(value, key_path, _describe(annotation))
         kwargs[key] = value
     return cls(**kwargs)
 

@@ -44,7 +44,6 @@ import collections
 import copy
 import math
 import os
-import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -52,7 +51,8 @@ from typing import Any, Literal
 from mr2.config import ConfigError, config_from_dict, load_yaml
 from mr2.config.names import check_name
 from mr2.config.paths import get_dotted
-from mr2.config.schema import build_dataclass
+from mr2.config.schema import MAX_SEED, build_dataclass
+from mr2.config.shown import Shown, shown
 from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
 from mr2.value_types import is_int
 
@@ -100,8 +100,6 @@ UNKNOWN_METHOD = "method entry {label!r}: {error}"
 
 #: Most seeds a sweep lists (or counts).
 MAX_SEEDS = 10_000
-#: Largest seed (numpy's generators take seeds below 2**32).
-MAX_SEED = 2**32 - 1
 #: Most runs a sweep plans (settings x seeds), checked before the grid is expanded.
 MAX_RUNS = 100_000
 #: Most parallel workers, torch threads per run and processes per run.
@@ -229,29 +227,8 @@ class _SweepFile:
     launcher: dict[str, Any] | None = None
 
 
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring = _SHOWN.maxother = 60
-_SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxtuple = _SHOWN.maxset = 6
-_SHOWN.maxlong = 40
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)``, shortened for a one-line message (a user value may be large)."""
-    return _SHOWN.repr(value)
-
-
-class _Shown:
-    """Formats as :func:`_shown` under ``!r`` (the message constants use ``{value!r}``)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return _shown(self.value)
-
-
 def _wrong(path: str, expected: str, value: Any) -> SweepSpecError:
-    return SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=_Shown(value)))
+    return SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=Shown(value)))
 
 
 def _as_sweep_error(error: ConfigError) -> SweepSpecError:
@@ -301,7 +278,7 @@ def _seeds(raw: int | list[Any]) -> list[int]:
             raise _wrong(f"seeds[{i}]", f"an integer in [0, {MAX_SEED}]", seed)
     if len(set(raw)) != len(raw):
         twice = sorted(seed for seed, count in collections.Counter(raw).items() if count > 1)
-        raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=_shown(twice)[1:-1]))
+        raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=shown(twice)[1:-1]))
     return list(raw)
 
 
@@ -340,7 +317,7 @@ def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
         raise SweepSpecError(
             UNKNOWN_METHOD.format(
                 label=label,
-                error=f"unknown method {_shown(method)}; valid methods: "
+                error=f"unknown method {shown(method)}; valid methods: "
                 f"{', '.join(sorted(available_methods()))} "
                 "(an entry whose label is not a method name needs 'method.name')",
             )
@@ -410,7 +387,7 @@ def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
     base_options = get_dotted(base, "method.options", None) or {}
     for label, settings in raw.methods.items():
         if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
-            raise SweepSpecError(BAD_LABEL.format(label=_Shown(label)))
+            raise SweepSpecError(BAD_LABEL.format(label=Shown(label)))
         fixed, axes = _split_settings(_mapping(settings, f"methods.{label}"), f"methods.{label}")
         if "method.name" in axes:
             raise _wrong(f"methods.{label}.method.name", "one method name", axes["method.name"])
