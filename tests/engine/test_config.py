@@ -116,3 +116,47 @@ def test_wrong_type_messages_shorten_huge_values(data, start):
         config_from_dict(data)
     message = str(caught.value)
     assert message.startswith(start) and "..." in message and len(message) < 250
+
+
+def _readme_run_config() -> str:
+    """README.md's run configuration block, as written."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    start = text.index("A run configuration (every key is optional")
+    match = re.compile(r"```yaml\n(.*?)```", re.DOTALL).search(text, start)
+    assert match is not None
+    return match.group(1)
+
+
+def test_set_method_name_drops_the_files_options_for_another_method(tmp_path):
+    # issue 26 item 5: `--set method.name=erm` on README's config failed on MR2's leftover options.
+    from mr2.config.loading import OPTIONS_DROPPED
+
+    path = tmp_path / "run.yaml"
+    path.write_text(_readme_run_config())
+    notes: list[str] = []
+    config = load_config(path, ["method.name=erm"], notes=notes)
+    assert config.method.name == "erm" and config.method.options == {}
+    assert notes == [OPTIONS_DROPPED.format(section="method", new="erm", old="mr2", keys="c_bar, lambda_rep")]
+    # Options given with --set are kept, before or after the name; the same method keeps its options.
+    config = load_config(path, ["method.options.gamma=2", "method.name=focal"], notes=notes)
+    assert config.method.options == {"gamma": 2}
+    config = load_config(path, ["method.name=mr2", "method.options.c_bar=2"], notes=(kept := []))
+    assert config.method.options == {"c_bar": 2, "lambda_rep": 0.1} and kept == []
+    path.write_text("model: {name: resnet32, options: {shortcut: B}}\n")
+    config = load_config(path, ["model.name=mlp"], notes=(dropped := []))
+    assert config.model.options == {} and "model.options (shortcut)" in dropped[0]
+
+
+def test_set_method_name_on_the_command_line_says_what_it_dropped(tmp_path, capsys):
+    from mr2.cli.main import main
+
+    path = tmp_path / "run.yaml"
+    path.write_text(_readme_run_config())
+    code = main(["train", "--config", str(path), "--set", "method.name=erm", "--set", "data.name=synthetic",
+                 "--set", "model.name=mlp", "--set", "optim.epochs=1", "--set", "optim.warmup_epochs=0",
+                 "--set", f"output_dir={tmp_path / 'runs'}", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.startswith("mr2 train: note: --set method.name=erm replaces 'mr2'") and err.count("\n") == 1

@@ -23,7 +23,10 @@ def run(args: argparse.Namespace) -> int:
     from mr2.engine.run import train
 
     try:
-        config = load_config(args.config, args.overrides)
+        notes: list[str] = []
+        config = load_config(args.config, args.overrides, notes)
+        for note in notes:
+            print(f"mr2 train: note: {note}", file=sys.stderr)
         final = train(config, overwrite=args.overwrite, quiet=args.quiet)
     except user_errors() as error:
         print(f"mr2 train: error: {error}", file=sys.stderr)

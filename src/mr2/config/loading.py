@@ -25,7 +25,10 @@ import yaml
 from mr2.config.paths import DottedPathError, set_dotted
 from mr2.config.schema import ConfigError, RunConfig, config_from_dict
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_NESTING", "apply_overrides", "load_config", "load_yaml", "parse_yaml"]
+__all__ = [
+    "MAX_CONFIG_BYTES", "MAX_NESTING", "OPTIONS_DROPPED", "apply_overrides", "load_config", "load_yaml",
+    "parse_yaml",
+]
 
 #: Largest run configuration or sweep file read (bytes).
 MAX_CONFIG_BYTES = 1 << 20
@@ -42,6 +45,12 @@ NOT_UTF8 = "config file {path} is not UTF-8 text (byte {position}); save it as U
 BAD_YAML = "config file {path} is not valid YAML: {error}"
 NOT_A_MAPPING = "the top level must be a mapping of keys; got {kind}"
 BAD_OVERRIDE = "override {item!r} must look like key.subkey=value (e.g. optim.lr=0.1)."
+OPTIONS_DROPPED = (
+    "--set {section}.name={new} replaces {old!r} of the configuration file, so its {section}.options "
+    "({keys}) are dropped: they were {old!r}'s (set {new}'s with --set {section}.options.KEY=VALUE)"
+)
+#: Sections whose ``options`` belong to the section's ``name`` (a method's, a model's).
+NAMED_SECTIONS = ("method", "model")
 AT_LINE = "config file {path}, line {line}: {problem}"
 ALIAS = "YAML anchors and aliases ({token}) are not supported; write the value out in full"
 DUPLICATE_KEY = "key {key!r} is given twice in the same mapping (the first value would be ignored); keep one"
@@ -182,9 +191,15 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(
+    data: dict[str, Any], overrides: Sequence[str], notes: list[str] | None = None
+) -> dict[str, Any]:
     """Return a copy of ``data`` with ``key.sub=value`` items set (values parsed as YAML, with the
     limits of :func:`parse_yaml`).
+
+    When the overrides change ``method.name`` (or ``model.name``) from the name ``data`` gives, the
+    ``options`` of ``data`` were the other method's (model's): they are dropped, except those the
+    overrides set themselves, and a one-line note (:data:`OPTIONS_DROPPED`) is appended to ``notes``.
 
     Example:
         >>> apply_overrides({"optim": {"lr": 0.1}}, ["optim.lr=0.5", "method.options.c_bar=2"])
@@ -200,10 +215,34 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             set_dotted(result, key.strip(), value)
         except DottedPathError as error:
             raise ConfigError(BAD_OVERRIDE.format(item=item)) from error
+    _drop_options_of_another_name(data, result, [item.partition("=")[0].strip() for item in overrides], notes)
     return result
 
 
-def load_config(path: str | os.PathLike[str] | None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Load, override and validate a run configuration."""
+def _drop_options_of_another_name(
+    before: dict[str, Any], after: dict[str, Any], keys: list[str], notes: list[str] | None
+) -> None:
+    for section in NAMED_SECTIONS:
+        old, new = before.get(section), after.get(section)
+        if not (isinstance(old, dict) and isinstance(new, dict) and "name" in old
+                and new.get("name") != old["name"]
+                and isinstance(old.get("options"), dict) and isinstance(new.get("options"), dict)):
+            continue
+        prefix = f"{section}.options"
+        if prefix in keys:
+            continue
+        set_here = {key[len(prefix) + 1:].split(".")[0] for key in keys if key.startswith(prefix + ".")}
+        dropped = [key for key in old["options"] if key not in set_here]
+        for key in dropped:
+            new["options"].pop(key, None)
+        if dropped and notes is not None:
+            notes.append(OPTIONS_DROPPED.format(section=section, new=new.get("name"), old=old["name"],
+                                                keys=", ".join(map(str, dropped))))
+
+
+def load_config(
+    path: str | os.PathLike[str] | None, overrides: Sequence[str] = (), notes: list[str] | None = None
+) -> RunConfig:
+    """Load, override and validate a run configuration (``notes``: see :func:`apply_overrides`)."""
     data = load_yaml(path) if path is not None else {}
-    return config_from_dict(apply_overrides(data, overrides))
+    return config_from_dict(apply_overrides(data, overrides, notes))
