@@ -29,7 +29,6 @@ def spec(**changes):
         ({"report": {"tier": 3}}, "unknown sweep key 'report.tier'; valid keys here: tiers, "),
         ({"base": {"optim": {"lrr": 0.1}}},
          "the base run configuration is invalid: unknown config key 'optim.lrr'"),
-        ({"base": {**BASE, "seed": 3}}, "sweep key 'base.seed' sets 'seed', which the sweep itself sets"),
         ({"methods": {"erm": {"seed": [1, 2]}}}, "sweep key 'methods.erm.seed' sets 'seed'"),
         ({"methods": {"erm": {}, "mr2": {"method.options.c_bar": []}}},
          "grid axis 'methods.mr2.method.options.c_bar' has no values"),
@@ -222,3 +221,34 @@ def test_study_presets_use_the_protocol_and_label_their_variants():
     assert options["mr2_variance"] == {"allocation": "spread"}
     assert options["mr2_T10d"] == {"distance_temperature": "10d"}
     assert all(points[label].method == "mr2" for label in options if label != "erm")
+
+
+def test_readmes_run_config_is_a_sweep_base(tmp_path):
+    # issue 26 item 5: README's run configuration (it names the run, its seed and an MR2 method with
+    # options) was refused as a sweep's base ('base.name' sets 'name'), and MR2's options then made the
+    # ERM entry invalid. The sweep sets name, seed and output_dir per run; the base's method options
+    # are its method's, given to the entries of that method only.
+    import re
+
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    start = text.index("A run configuration (every key is optional")
+    match = re.compile(r"```yaml\n(.*?)```", re.DOTALL).search(text, start)
+    assert match is not None
+    (tmp_path / "run.yaml").write_text(match.group(1))
+    (tmp_path / "sweep.yaml").write_text(
+        "base_config: run.yaml\nmethods: {erm: {}, mr2: {method.options.c_bar: [0.5, 2]}, focal: {}}\n"
+        "seeds: [1, 2]\n"
+    )
+    points = plan_sweep(load_spec(tmp_path / "sweep.yaml"))
+    assert len(points) == 8
+    by_name = {point.name: point.config for point in points}
+    assert by_name["erm__seed=2"].method.options == {}
+    assert by_name["focal__seed=1"].method.options == {}
+    assert by_name["mr2__c_bar=2__seed=1"].method.options == {"c_bar": 2, "lambda_rep": 0.1}
+    for point in points:
+        assert point.config.name == point.name and point.config.seed == point.seed
+        assert point.config.data.batch_size == 128 and point.config.optim.lr == 0.05
+    # The same file inline, and through `mr2 sweep --set` (which reads base_config into base).
+    base = yaml.safe_load(match.group(1))
+    inline = spec(base=base, methods={"erm": {}, "mr2": {}})
+    assert [p.config.method.options for p in plan_sweep(inline)] == [{}, {"c_bar": 1.0, "lambda_rep": 0.1}]

@@ -78,7 +78,10 @@ def _apply_arguments(spec_data: dict, args: argparse.Namespace) -> dict:
 
             base_file = data.pop("base_config")
             data["base"] = load_yaml(base_file)
-        data["base"] = apply_overrides(data.get("base") or {}, args.overrides)
+        notes: list[str] = []
+        data["base"] = apply_overrides(data.get("base") or {}, args.overrides, notes)
+        for note in notes:
+            print(f"mr2 sweep: note: {note}", file=sys.stderr)
     for key in ("workers", "threads_per_run", "output_dir", "name"):
         value = getattr(args, key)
         if value is not None:

@@ -14,7 +14,6 @@ comparisons for the first seeds.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import math
@@ -26,7 +25,7 @@ from typing import Any
 from mr2.config import ConfigError, RunConfig, config_from_dict
 from mr2.config.paths import DottedPathError, set_dotted
 from mr2.rundir import RunDirectory
-from mr2.sweep.spec import MethodEntry, SweepSpec, SweepSpecError
+from mr2.sweep.spec import MethodEntry, SweepSpec, SweepSpecError, entry_base
 
 __all__ = ["RunPoint", "format_value", "plan_sweep"]
 
@@ -169,7 +168,7 @@ def plan_sweep(spec: SweepSpec) -> list[RunPoint]:
                 setting_name = "__".join(f"{short[key]}={format_value(value)}" for key, value in shown)
                 name = _safe_name("__".join(part for part in (entry.label, setting_name) if part)
                                   + f"__seed={seed}")
-                data = copy.deepcopy(spec.base)
+                data = entry_base(spec.base, entry.method)
                 try:
                     for key, value in (*entry.fixed.items(), *setting):
                         set_dotted(data, key, value)

@@ -66,6 +66,7 @@ __all__ = [
     "ReportOptions",
     "SweepSpec",
     "SweepSpecError",
+    "entry_base",
     "load_spec",
     "spec_from_dict",
 ]
@@ -357,9 +358,8 @@ def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
             raise SweepSpecError(str(error)) from error
     else:
         base = copy.deepcopy(raw.base or {})
-    for key in _RESERVED:
-        if key in base:
-            raise SweepSpecError(RESERVED_KEY.format(path=f"base.{key}", key=key))
+    for key in _RESERVED:  # a run configuration names its run, seed and output: the sweep sets them per run
+        base.pop(key, None)
     try:
         config_from_dict(base)
     except ConfigError as error:
@@ -384,7 +384,6 @@ def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
     if not raw.methods:
         raise SweepSpecError(NO_METHODS)
     methods: list[MethodEntry] = []
-    base_options = get_dotted(base, "method.options", None) or {}
     for label, settings in raw.methods.items():
         if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
             raise SweepSpecError(BAD_LABEL.format(label=Shown(label)))
@@ -392,11 +391,25 @@ def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
         if "method.name" in axes:
             raise _wrong(f"methods.{label}.method.name", "one method name", axes["method.name"])
         method = fixed.pop("method.name", label)
+        base_options = get_dotted(entry_base(base, method), "method.options", None) or {}
         _check_method(label, method, {
             **{f"method.options.{k}": None for k in base_options}, **shared_axes, **fixed, **axes,
         })
         methods.append(MethodEntry(label, method, fixed, {**shared_axes, **axes}))
     return methods
+
+
+def entry_base(base: dict[str, Any], method: str) -> dict[str, Any]:
+    """A copy of the base run configuration for an entry of ``method``. The base's ``method.options``
+    are the options of the method the base names (``method.name``): an entry of another method
+    starts without them (README's MR2 run configuration is then a base for an ERM entry too). A base
+    that names no method gives its options to every entry.
+    """
+    data = copy.deepcopy(base)
+    section = data.get("method")
+    if isinstance(section, dict) and "name" in section and section["name"] != method:
+        section.pop("options", None)
+    return data
 
 
 def _check_devices(raw: _SweepFile) -> None:
