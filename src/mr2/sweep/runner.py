@@ -76,6 +76,17 @@ FINISHED_ELSEWHERE = "finished by another process"
 NO_FINAL = "the run ended with exit code 0 but wrote no final.json"
 STOPPED = "stopped: the sweep was interrupted (it resumes from its checkpoint)"
 NOT_STARTED = "not started: the sweep was interrupted"
+ALL_FAILED = "every run failed ({message}); the first, {name}, logged: {excerpt}"
+ONLY_HEADER = (
+    "nothing but its header line: the error is on this terminal above (the training process failed "
+    "before it could write to train.log){hint}"
+)
+MAIN_GUARD_HINT = (
+    "; a Python script that runs a sweep needs its code under `if __name__ == \"__main__\":`, since "
+    "the runs' processes import the script again"
+)
+#: Lines of the first failure's train.log quoted by :data:`ALL_FAILED` (its last ones).
+ALL_FAILED_LINES = 3
 #: Seconds between checks of a run directory another process holds.
 _WAIT_POLL_SECONDS = 0.25
 #: Times a run is taken over by other processes before the sweep gives up on it.
@@ -341,4 +352,31 @@ def run_points(
         signum = interrupt.signum if isinstance(interrupt, SweepInterrupted) else signal.SIGINT
         raise SweepInterrupted(signum) from None
     pool.shutdown(wait=True)
+    line = all_failed_line([outcomes[p.name] for p in pending], script_main=python is None)
+    if line is not None:
+        print(line, file=out, flush=True)
     return [outcomes[p.name] for p in points]
+
+
+def all_failed_line(attempted: Sequence[RunOutcome], *, script_main: bool = True) -> str | None:
+    """One line (:data:`ALL_FAILED`) when at least two runs were attempted and every one failed with
+    the same message: the common cause is then usually one, and the first failure's log says it
+    (its last lines, or a traceback's last line: the exception). A log with nothing but the header
+    means the process failed before writing to it; with ``script_main`` (trainers forked from a fork
+    server, which imports the ``__main__`` script again) and a script as ``__main__``, the line
+    names the missing ``if __name__ == "__main__":`` guard."""
+    if len(attempted) < 2 or any(o.status != "failed" or o.message == STOPPED for o in attempted):
+        return None
+    if len({o.message for o in attempted}) != 1:
+        return None
+    first = attempted[0]
+    lines = [line.strip() for line in log_tail(first.log_path, lines=200).splitlines()
+             if line.strip() and not line.startswith("=== mr2 sweep")]
+    if lines:
+        traceback = any(line.startswith("Traceback (most recent call last)") for line in lines)
+        excerpt = " | ".join(lines[-1:] if traceback else lines[-ALL_FAILED_LINES:])
+        excerpt = excerpt if len(excerpt) <= 400 else excerpt[:397] + "..."
+    else:
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        excerpt = ONLY_HEADER.format(hint=MAIN_GUARD_HINT if script_main and main_file else "")
+    return ALL_FAILED.format(message=first.message, name=first.point.name, excerpt=excerpt)
