@@ -80,7 +80,10 @@ NO_DPKG = (
     "make_glyphs: dpkg-query not found, so the Debian font packages cannot be located; run on Debian / "
     "Ubuntu after `apt-get install -y {packages}`, or pass --fonts-dir DIR"
 )
-NO_FONTS = "make_glyphs: no usable font in {where} ({reason}); every font must cover all {count} classes"
+NO_FONTS = (
+    "make_glyphs: none of the {found} .ttf / .otf files found has a glyph for every member of the {count} "
+    "classes (the reasons are listed above); add fonts with Latin, Greek and Cyrillic letters"
+)
 TOO_FEW_GROUPS = (
     "make_glyphs: {count} font design group(s) cover all classes ({groups}); at least 3 are needed "
     "for the train / validation / test split; add fonts of other families"
@@ -415,7 +418,7 @@ def build(
     """The benchmark's arrays and the fonts of each split."""
     fonts = choose_fonts(candidates)
     if not fonts:
-        raise SystemExit(NO_FONTS.format(where="the sources", reason="none covers", count=len(CLASSES)))
+        raise SystemExit(NO_FONTS.format(found=len(candidates), count=len(CLASSES)))
     split_of = split_groups([f.group for f in fonts], seed)
     by_split = {s: [f for f in fonts if split_of[f.group] == s] for s in ("train", "val", "test")}
     arrays: dict[str, np.ndarray] = {

@@ -215,6 +215,10 @@ def test_errors_before_anything_is_written(glyphs: ModuleType, tmp_path: Path) -
     run = _generate(out, one_design)
     assert run.returncode != 0 and not out.exists()
     assert run.stderr.strip() == glyphs.TOO_FEW_GROUPS.format(count=1, groups="DejaVu Sans")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = _generate(out, empty)
+    assert run.returncode != 0 and run.stderr.strip() == glyphs.NO_FONTS.format(found=0, count=100)
     run = _generate(tmp_path / "x.npy", one_design)
     assert run.stderr.strip() == glyphs.OUT_SUFFIX.format(out=tmp_path / "x.npy")
     with pytest.raises(SystemExit) as raised:
