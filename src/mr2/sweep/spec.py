@@ -358,12 +358,12 @@ def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
             raise SweepSpecError(str(error)) from error
     else:
         base = copy.deepcopy(raw.base or {})
-    for key in _RESERVED:  # a run configuration names its run, seed and output: the sweep sets them per run
-        base.pop(key, None)
     try:
-        config_from_dict(base)
+        config_from_dict(base)  # with its own name, seed and output_dir, checked like any run config
     except ConfigError as error:
         raise SweepSpecError(BASE_INVALID.format(error=error)) from error
+    for key in _RESERVED:  # a run configuration names its run, seed and output: the sweep sets them per run
+        base.pop(key, None)
     if not isinstance(raw.required, list) or not all(isinstance(k, str) for k in raw.required):
         raise _wrong("required", "a list of dotted keys", raw.required)
     unset = [key for key in raw.required if get_dotted(base, key, None) is None]
