@@ -20,8 +20,6 @@ Anything else -- a fragment that needs a ``loader`` or ``model`` defined elsewhe
 arguments -- is a failure: make the block small and complete (tiny data, an epoch, seconds), still
 true.
 
-:data:`PENDING` lists blocks of pages still being rewritten by their owners, each with what fails:
-they are expected to fail (strict: once one runs, its entry must go).
 """
 
 from __future__ import annotations
@@ -44,18 +42,6 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(?P<kind>[a-z]+)\s*(?:\((?P<reason>.*)\
 BAD_MARKER = "{where}: unknown snippet marker {line!r}: use <!-- snippet: skip (REASON) --> or <!-- snippet: continues -->"
 NO_REASON = "{where}: <!-- snippet: skip --> needs a reason in parentheses: <!-- snippet: skip (REASON) -->"
 NOTHING_TO_CONTINUE = "{where}: <!-- snippet: continues --> but no earlier python block on the page"
-
-
-#: (page, a line of the block) -> why it fails today; removed when the page's owner fixes the block.
-PENDING: dict[tuple[str, str], str] = {
-    ("README.md", "for images, target in loader:"): "quick start: `loader` is not defined",
-    ("docs/integrations.md", "for step in range(steps):"): "fragment: steps, criterion, model undefined",
-    ("docs/integrations.md", "class Module(pl.LightningModule):"): "fragment: `pl`, SmallCNN, names undefined",
-    ("docs/integrations.md", "model = ClassifierForTrainer(classifier,"): "fragment: classifier, d, Trainer",
-    ("docs/integrations.md", 'model = timm.create_model("resnet10t"'): "fragment: timm, MR2Loss, images",
-    ("docs/tune.md", "model = MyModel()"): "MyModel, my_train_loader and the val/test data are undefined",
-    ("docs/tune.md", "spec, seed, out = args.loss_json"): "fragment: args, train, np, Path undefined",
-}
 
 
 @dataclass(frozen=True)
@@ -115,8 +101,6 @@ def test_snippets_were_found() -> None:
 def test_snippet_runs_as_written(snippet: Snippet, tmp_path: Path) -> None:
     if snippet.skip is not None:
         pytest.skip(f"{snippet.where}: {snippet.skip}")
-    page = snippet.where.rpartition(":")[0]
-    pending = [why for (where, line), why in PENDING.items() if where == page and line in snippet.code]
     (tmp_path / "snippet.py").write_text(snippet.code, encoding="utf-8")
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     env = {**os.environ, "MPLBACKEND": "Agg"}
@@ -125,9 +109,6 @@ def test_snippet_runs_as_written(snippet: Snippet, tmp_path: Path) -> None:
                               text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{snippet.where}: still running after {TIMEOUT_S} s; make the example smaller")
-    if pending and done.returncode != 0:
-        pytest.xfail(f"{snippet.where}: {pending[0]} (being rewritten by its page's owner)")
-    assert not pending, f"{snippet.where} runs now: remove its PENDING entry"
     assert done.returncode == 0, f"{snippet.where} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
 
 
