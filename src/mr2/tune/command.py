@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mr2.report.exceptions import PredictionsError
+from mr2.report.limits import DEFAULT_MAX_CLASSES
 from mr2.report.predictions import read_predictions
 from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.trials import SPLITS, Predictions, Trial, TrialPredictions, TrialStore
@@ -184,7 +185,7 @@ class CommandSource:
             if not path.is_file():
                 raise TrialError(NO_PREDICTIONS.format(trial=trial.name, path=path, log=log))
             try:
-                item = read_predictions(path)
+                item = read_predictions(path, max_classes=max(self.store.num_classes, DEFAULT_MAX_CLASSES))
             except PredictionsError as error:
                 raise TrialError(BAD_PREDICTIONS.format(trial=trial.name, error=error, log=log)) from None
             splits[split] = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
