@@ -48,6 +48,12 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
+WRITE_FAILED = (
+    "{command}: error: could not write {path}: {reason}; every file written before it is complete (atomic "
+    "writes): free space, fix the path or choose another output directory, then run the same command again"
+)
+
+
 def _named_command(argv: Sequence[str]) -> list[str]:
     """The subcommand named in ``argv`` (none or one): its first argument that is not an option
     (``mr2`` itself takes only ``--help`` and ``--version``)."""
@@ -61,7 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
-    return int(args._run(args))
+    from mr2.io import WriteError
+
+    try:
+        return int(args._run(args))
+    except WriteError as error:  # the operating system refused a write: not a bug of mr2's
+        command = " ".join(["mr2", *_named_command(argv)])
+        message = WRITE_FAILED.format(command=command, path=error.filename, reason=error.strerror)
+        print(message, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
