@@ -83,6 +83,7 @@ __all__ = [
     "TuneSelectionError",
     "ValidationFigures",
     "choose",
+    "prediction_problem",
     "read_validation",
     "rule_text",
     "split_halves",
@@ -173,6 +174,26 @@ def split_halves(y_true: ArrayLike) -> NDArray[np.int8]:
     return halves
 
 
+def prediction_problem(true: NDArray[Any], pred: NDArray[Any], num_classes: int) -> str:
+    """What is wrong with a trial's class ids ``true`` / ``pred`` ("" when nothing): shapes that
+    differ or are not [N], no samples, a dtype that is not an integer, or an id outside [0, K).
+
+    Example:
+        >>> prediction_problem(np.array([0, 1]), np.array([1, 2]), 2)
+        'class ids from 0 to 2'
+    """
+    if true.ndim != 1 or pred.shape != true.shape:
+        return f"shapes {true.shape} and {pred.shape}"
+    if true.size == 0:
+        return "no samples"
+    if not (np.issubdtype(true.dtype, np.integer) and np.issubdtype(pred.dtype, np.integer)):
+        return f"dtypes {true.dtype} and {pred.dtype}"
+    low, high = min(true.min(), pred.min()), max(true.max(), pred.max())
+    if low < 0 or high >= num_classes:
+        return f"class ids from {low} to {high}"
+    return ""
+
+
 def _accuracy(correct: NDArray[np.float64], count: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.divide(correct, count, out=np.full(np.shape(correct), np.nan), where=count > 0)
 
@@ -223,15 +244,7 @@ class ValidationFigures:
         """
         true = np.asarray(y_true)
         pred = np.asarray(y_pred)
-        problem = ""
-        if true.ndim != 1 or pred.shape != true.shape:
-            problem = f"shapes {true.shape} and {pred.shape}"
-        elif true.size == 0:
-            problem = "no samples"
-        elif not (np.issubdtype(true.dtype, np.integer) and np.issubdtype(pred.dtype, np.integer)):
-            problem = f"dtypes {true.dtype} and {pred.dtype}"
-        elif true.size and (min(true.min(), pred.min()) < 0 or max(true.max(), pred.max()) >= num_classes):
-            problem = f"class ids from {min(true.min(), pred.min())} to {max(true.max(), pred.max())}"
+        problem = prediction_problem(true, pred, num_classes)
         if problem:
             raise TuneSelectionError(BAD_PREDICTIONS.format(run=run, num_classes=num_classes, detail=problem))
         labels = true.astype(np.int64)

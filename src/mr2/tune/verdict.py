@@ -50,6 +50,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from mr2.tune.selection import prediction_problem
+
 __all__ = [
     "ALPHA",
     "MAX_SEEDS",
@@ -372,15 +374,7 @@ def judge_figures(
 
 def _check_predictions(method: str, seed: int, y_true: Any, y_pred: Any, num_classes: int) -> np.ndarray:
     true, pred = np.asarray(y_true), np.asarray(y_pred)
-    problem = ""
-    if true.ndim != 1 or pred.shape != true.shape:
-        problem = f"shapes {true.shape} and {pred.shape}"
-    elif true.size == 0:
-        problem = "no samples"
-    elif not (np.issubdtype(true.dtype, np.integer) and np.issubdtype(pred.dtype, np.integer)):
-        problem = f"dtypes {true.dtype} and {pred.dtype}"
-    elif min(true.min(), pred.min()) < 0 or max(true.max(), pred.max()) >= num_classes:
-        problem = f"class ids from {min(true.min(), pred.min())} to {max(true.max(), pred.max())}"
+    problem = prediction_problem(true, pred, num_classes)
     if problem:
         raise VerdictError(BAD_PREDICTIONS.format(method=method, seed=seed, num_classes=num_classes,
                                                   detail=problem))
