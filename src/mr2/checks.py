@@ -12,6 +12,7 @@ from typing import Literal
 
 import torch
 
+from mr2.errors import MR2Error
 from mr2.value_types import is_int, is_number
 
 __all__ = [
@@ -68,7 +69,7 @@ STATISTICS_OVERFLOW = (
 )
 
 
-class MR2InputError(ValueError):
+class MR2InputError(MR2Error, ValueError):
     """Raised for inputs the losses and statistics cannot use; the message says how to fix it."""
 
 

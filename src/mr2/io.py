@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from mr2.errors import MR2Error
+
 __all__ = [
     "WriteError",
     "append_jsonl",
@@ -31,7 +33,7 @@ __all__ = [
 _UMASK_LOCK = threading.Lock()
 
 
-class WriteError(OSError):
+class WriteError(MR2Error, OSError):
     """A file could not be written; its previous version (if any) is intact.
 
     ``errno`` and ``strerror`` are those of the operating system's failure (``ENOSPC``, ``EFBIG``,

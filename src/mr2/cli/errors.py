@@ -8,31 +8,12 @@ from __future__ import annotations
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """Bad configuration, data, weights, checkpoints or method options (imported lazily: the CLI
-    starts without importing torch)."""
-    from mr2.checks import MR2InputError, StatisticsOverflowError
-    from mr2.config import ConfigError
-    from mr2.data.errors import DatasetError
-    from mr2.engine.checkpoint import CheckpointError
-    from mr2.engine.runtime import RunError
-    from mr2.methods.jtt import EmptyErrorSetError
-    from mr2.methods.registry import MethodConfigError
-    from mr2.models.registry import ModelConfigError
-    from mr2.models.weights import WeightsFileError, WeightsMismatchError
+    """Every :class:`~mr2.errors.MR2Error` (bad configuration, data, weights, checkpoints, method
+    options, run directories...), and the run directory's errors that do not derive from it yet.
+
+    Imported lazily: the CLI starts without importing torch.
+    """
+    from mr2.errors import MR2Error
     from mr2.rundir import RunDirectoryError, RunLockedError
 
-    return (
-        ConfigError,
-        RunError,
-        DatasetError,
-        MethodConfigError,
-        MR2InputError,
-        StatisticsOverflowError,
-        CheckpointError,
-        WeightsMismatchError,
-        EmptyErrorSetError,
-        RunDirectoryError,
-        RunLockedError,
-        ModelConfigError,
-        WeightsFileError,
-    )
+    return (MR2Error, RunDirectoryError, RunLockedError)

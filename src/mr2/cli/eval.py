@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,14 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mr2.cli.errors import user_errors
+    """Re-evaluate a run. An :class:`~mr2.errors.MR2Error` reaches :func:`mr2.cli.main.main`, which
+    prints it on one line and returns 2."""
     from mr2.engine.run import evaluate_run
 
-    try:
-        result = evaluate_run(args.run_dir, args.split, args.checkpoint)
-    except user_errors() as error:
-        print(f"mr2 eval: error: {error}", file=sys.stderr)
-        return 2
+    result = evaluate_run(args.run_dir, args.split, args.checkpoint)
     worst = min((a for a in result["per_class_accuracy"] if a == a), default=float("nan"))
     print(
         f"{args.split} accuracy {result['overall_accuracy']:.4f}, worst class {worst:.4f} "

@@ -54,6 +54,10 @@ WRITE_FAILED = (
 )
 
 
+#: An :class:`~mr2.errors.MR2Error` a subcommand did not catch itself, on one line.
+USER_ERROR = "{command}: error: {error}"
+
+
 def _named_command(argv: Sequence[str]) -> list[str]:
     """The subcommand named in ``argv`` (none or one): its first argument that is not an option
     (``mr2`` itself takes only ``--help`` and ``--version``)."""
@@ -67,14 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
+    from mr2.cli.errors import user_errors
     from mr2.io import WriteError
 
+    command = " ".join(["mr2", *_named_command(argv)])
     try:
         return int(args._run(args))
     except WriteError as error:  # the operating system refused a write: not a bug of mr2's
-        command = " ".join(["mr2", *_named_command(argv)])
         message = WRITE_FAILED.format(command=command, path=error.filename, reason=error.strerror)
         print(message, file=sys.stderr)
+        return 2
+    except user_errors() as error:  # every MR2Error: bad input, its message says how to fix it
+        print(USER_ERROR.format(command=command, error=error), file=sys.stderr)
         return 2
 
 

@@ -19,17 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mr2.cli.errors import user_errors
+    """Train one run. An :class:`~mr2.errors.MR2Error` (bad config, data, method options...) reaches
+    :func:`mr2.cli.main.main`, which prints it on one line and returns 2."""
     from mr2.engine.run import train
 
-    try:
-        notes: list[str] = []
-        config = load_config(args.config, args.overrides, notes)
-        for note in notes:
-            print(f"mr2 train: note: {note}", file=sys.stderr)
-        final = train(config, overwrite=args.overwrite, quiet=args.quiet)
-    except user_errors() as error:
-        print(f"mr2 train: error: {error}", file=sys.stderr)
-        return 2
+    notes: list[str] = []
+    config = load_config(args.config, args.overrides, notes)
+    for note in notes:
+        print(f"mr2 train: note: {note}", file=sys.stderr)
+    final = train(config, overwrite=args.overwrite, quiet=args.quiet)
     print(f"test accuracy {final['overall_accuracy']:.4f} ({config.output_dir}/{config.name}/final.json)")
     return 0

@@ -3,8 +3,10 @@ configuration can raise it without importing one another)."""
 
 from __future__ import annotations
 
+from mr2.errors import MR2Error
+
 __all__ = ["ConfigError"]
 
 
-class ConfigError(ValueError):
+class ConfigError(MR2Error, ValueError):
     """A configuration that cannot run; the message names the key and what is expected."""

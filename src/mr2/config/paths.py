@@ -7,6 +7,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from mr2.errors import MR2Error
+
 __all__ = ["MISSING", "DottedPathError", "get_dotted", "set_dotted"]
 
 
@@ -21,7 +23,7 @@ MISSING: Any = _Missing()
 NOT_BELOW_MAPPING = "key {path!r}: {part!r} holds {value!r}, not a mapping, so it has no keys below it"
 
 
-class DottedPathError(ValueError):
+class DottedPathError(MR2Error, ValueError):
     """A dotted path that runs through a value that is not a mapping."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from mr2.errors import MR2Error
+
 __all__ = [
     "ARRAY_BAD_DTYPE",
     "ARRAY_BAD_SHAPE",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 
-class DatasetError(ValueError):
+class DatasetError(MR2Error, ValueError):
     """A data set is missing, corrupt or inconsistent.
 
     Args:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mr2.errors import MR2Error
 from mr2.io import atomic_save_torch
 
 __all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
@@ -17,7 +18,7 @@ __all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint",
 CORRUPT = "checkpoint {path} cannot be read ({error}); delete it to start the run afresh."
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(MR2Error, RuntimeError):
     """A checkpoint that cannot be loaded; the message names the file."""
 
 

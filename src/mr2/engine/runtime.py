@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from mr2 import distributed
 from mr2.config import RunConfig
+from mr2.errors import MR2Error
 
 __all__ = ["FP16_NEEDS_CUDA", "NO_CUDA", "RunError", "Runtime", "seed_everything"]
 
@@ -23,7 +24,7 @@ FP16_NEEDS_CUDA = "optim.amp 'fp16' needs a CUDA device; use 'bf16' (CPU or GPU)
 T = TypeVar("T")
 
 
-class RunError(RuntimeError):
+class RunError(MR2Error, RuntimeError):
     """A run that cannot start or resume; the message says why and what to do."""
 
 

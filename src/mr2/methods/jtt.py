@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mr2 import distributed
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes, is_int
+from mr2.errors import MR2Error
 from mr2.functional.baselines import jtt_upsampled_indices
 from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -32,7 +33,7 @@ NO_PREDICTOR = (
 )
 
 
-class EmptyErrorSetError(RuntimeError):
+class EmptyErrorSetError(MR2Error, RuntimeError):
     """JTT's first stage misclassified no training sample (see :data:`EMPTY_ERROR_SET`)."""
 
 

@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from mr2.errors import MR2Error
 from mr2.methods.base import TrainingMethod
 
 __all__ = [
@@ -59,7 +60,7 @@ _BUILTINS_LOADED = False
 M = TypeVar("M", bound=type[TrainingMethod])
 
 
-class MethodConfigError(ValueError):
+class MethodConfigError(MR2Error, ValueError):
     """An unknown method name or option; the message lists the valid ones."""
 
 
@@ -101,14 +102,21 @@ def _lookup(name: str) -> type[TrainingMethod]:
 
 
 def method_options(name: str) -> dict[str, Any]:
-    """The keyword options of method ``name`` and their defaults (``inspect.Parameter.empty``: required)."""
-    parameters = inspect.signature(_lookup(name).__init__).parameters
-    return {
+    """The keyword options of method ``name`` and their defaults (``inspect.Parameter.empty``: required).
+
+    A method that takes ``**options`` to pass them through (MR2 to its loss) lists them with a
+    ``passed_options()`` classmethod.
+    """
+    cls = _lookup(name)
+    parameters = inspect.signature(cls.__init__).parameters
+    options = {
         key: p.default
         for key, p in parameters.items()
         if key not in ("self", "num_classes")
         and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     }
+    passed = getattr(cls, "passed_options", None)
+    return {**options, **passed()} if passed is not None else options
 
 
 def build_method(name: str, num_classes: int, **options: Any) -> TrainingMethod:

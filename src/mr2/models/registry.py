@@ -14,6 +14,7 @@ from torch import nn
 
 from mr2.checks import is_int, is_number
 from mr2.config.schema import ModelSection
+from mr2.errors import MR2Error
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.linear_head import LinearHead
 from mr2.models.mlp import MLP
@@ -53,7 +54,7 @@ NO_FEATURE_DIM = (
 )
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(MR2Error, ValueError):
     """The model's config names no known model, options it does not take, or an input it cannot take.
 
     Example:

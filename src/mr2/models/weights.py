@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mr2.errors import MR2Error
+
 __all__ = [
     "WeightsFileError",
     "WeightsFileNotFoundError",
@@ -68,7 +70,7 @@ CHECKPOINT_ENTRIES = ("state_dict", "model")
 _SHOWN_KEYS = 10
 
 
-class WeightsFileError(ValueError):
+class WeightsFileError(MR2Error, ValueError):
     """A weights file cannot be read: unreadable, or a pickle ``weights_only=True`` refuses."""
 
 
@@ -76,7 +78,7 @@ class WeightsFileNotFoundError(WeightsFileError, FileNotFoundError):
     """A weights file does not exist (also a ``FileNotFoundError``)."""
 
 
-class WeightsMismatchError(RuntimeError):
+class WeightsMismatchError(MR2Error, RuntimeError):
     """A state_dict's keys or shapes do not match the module it is loaded into."""
 
 
