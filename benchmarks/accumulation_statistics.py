@@ -67,7 +67,7 @@ def main() -> None:
         stats = loss.statistics
         print(f"{name:<36} {gap(stats.second_moment(), large.statistics.second_moment()):10.2e} "
               f"{gap(stats.spread(), large.statistics.spread()):10.2e} "
-              f"{gap(loss.temperatures(), large.temperatures()):10.2e}")
+              f"{gap(loss.logit_temperatures(), large.logit_temperatures()):10.2e}")
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if step % 50 == 0 or step == args.steps - 1:
             parts = criterion.parts
             assert parts is not None
-            low, high = parts.temperatures.min().item(), parts.temperatures.max().item()
+            low, high = parts.logit_margins.min().item(), parts.logit_margins.max().item()
             print(f"step {step:4d}  loss {parts.total.item():.4f}  temperatures {low:.3f}..{high:.3f}")
 
     model.eval()

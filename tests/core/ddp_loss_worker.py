@@ -45,7 +45,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     result = run(MR2Loss(NUM_CLASSES, momentum=0.6, lambda_rep=0.5, pairs="global",
-                         distance_temperature="1d"), rank, world)
+                         distance_temperature=1.0, distance_temperature_per_dim=True), rank, world)
     torch.save(result, f"{sys.argv[1]}/rank{rank}.pt")
     dist.destroy_process_group()
 

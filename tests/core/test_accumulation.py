@@ -97,13 +97,13 @@ def test_mr2_loss_accumulates_through_its_statistics():
         large(logits, features, target)
         with accumulated.statistics.accumulate():
             for (x, y), z in zip(micro((features, target), k), logits.chunk(k), strict=True):
-                temperatures = accumulated.temperatures()
+                temperatures = accumulated.logit_temperatures()
                 accumulated(z, x, y)
                 # The loss of every micro-batch uses the statistics of the last optimiser step.
-                assert torch.equal(accumulated.parts.temperatures, temperatures)
+                assert torch.equal(accumulated.parts.logit_margins, temperatures)
     for name, value in large.state_dict().items():
         torch.testing.assert_close(accumulated.state_dict()[name], value, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(accumulated.temperatures(), large.temperatures())
+    torch.testing.assert_close(accumulated.logit_temperatures(), large.logit_temperatures())
 
 
 def test_buffers_are_updated_in_place():
@@ -205,7 +205,7 @@ def test_statistics_stay_float32_under_cpu_autocast(dtype, deferred):
         if name != "samples_seen":
             assert value.dtype == torch.float32, name
         torch.testing.assert_close(value, expected, rtol=1e-6, atol=1e-5, msg=name)
-    assert under_autocast.temperatures().dtype == torch.float32
+    assert under_autocast.logit_temperatures().dtype == torch.float32
 
 
 @pytest.mark.distributed

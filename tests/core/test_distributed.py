@@ -35,7 +35,7 @@ def test_two_ranks_match_one_process_on_the_global_batch(tmp_path):
 
     single = worker.run(
         MR2Loss(worker.NUM_CLASSES, momentum=0.6, lambda_rep=0.5, pairs="global",
-                distance_temperature="1d"),
+                distance_temperature=1.0, distance_temperature_per_dim=True),
         rank=0, world=1,
     )
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]

@@ -1,6 +1,6 @@
-"""The CPU fast paths of the loss terms against their plain formulations (float64 oracles): the
-same-class pair list built from the keys sorted by class, and the fused backward of the
-temperature-scaled cross-entropy."""
+"""The CPU kernels of the loss terms (mr2.functional._cpu_kernels) against their plain formulations
+(float64 oracles): the same-class pair list built from the keys sorted by class, the sparse pair sums,
+subnormal flushing and the fused backward of the temperature-scaled cross-entropy."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from mr2.functional import logit_margin_loss, representation_margin_loss
-from mr2.functional.margin_losses import _same_class_entries
+from mr2.functional._cpu_kernels import flush_subnormal_, same_class_entries
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_same_class_entries_are_the_masks_nonzero(seed):
+def testsame_class_entries_are_the_masks_nonzero(seed):
     g = torch.Generator().manual_seed(seed)
     batch = int(torch.randint(1, 40, (1,), generator=g))
     pool = batch + int(torch.randint(0, 60, (1,), generator=g))
@@ -23,13 +23,13 @@ def test_same_class_entries_are_the_masks_nonzero(seed):
     offset = int(torch.randint(0, pool - batch + 1, (1,), generator=g))
     key_target[offset:offset + batch] = target
     want = (target.unsqueeze(1) == key_target.unsqueeze(0)).nonzero(as_tuple=True)
-    got = _same_class_entries(target, key_target)
+    got = same_class_entries(target, key_target)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     # partnered_only: the rows with at least one same-class key besides their own entry.
     mask = target.unsqueeze(1) == key_target.unsqueeze(0)
     mask[mask.sum(1) < 2] = False
     want = mask.nonzero(as_tuple=True)
-    got = _same_class_entries(target, key_target, partnered_only=True)
+    got = same_class_entries(target, key_target, partnered_only=True)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -114,17 +114,15 @@ def test_fused_scaled_cross_entropy_in_low_precision_returns_a_gradient_of_the_i
     assert grad.dtype == torch.bfloat16 and torch.equal(grad, want)
 
 
-def test_flush_subnormal_zeroes_exactly_the_entries_below_the_smallest_normal_number():
-    from mr2.functional.margin_losses import _flush_subnormal_
-
+def testflush_subnormal_zeroes_exactly_the_entries_below_the_smallest_normal_number():
     tiny32 = torch.finfo(torch.float32).tiny
     values = torch.tensor([1e-39, -1e-39, tiny32, -tiny32, 0.0, 1.0, -2e-45, 3e-38])
-    got = _flush_subnormal_(values.clone())
+    got = flush_subnormal_(values.clone())
     want = torch.tensor([0.0, 0.0, tiny32, -tiny32, 0.0, 1.0, 0.0, 3e-38])
     assert torch.equal(got, want)
     doubles = torch.tensor([1e-39, 1e-310, -1e-320, 2.5e-308], dtype=torch.float64)
     assert torch.equal(
-        _flush_subnormal_(doubles.clone()), torch.tensor([1e-39, 0.0, 0.0, 2.5e-308], dtype=torch.float64)
+        flush_subnormal_(doubles.clone()), torch.tensor([1e-39, 0.0, 0.0, 2.5e-308], dtype=torch.float64)
     )
 
 

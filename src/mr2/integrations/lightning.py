@@ -97,8 +97,8 @@ def log_mr2_parts(
         f"{prefix}logit_term": parts.logit,
         f"{prefix}representation_term": parts.representation,
         f"{prefix}distance_margin": parts.margin,
-        f"{prefix}temperature_min": parts.temperatures.min(),
-        f"{prefix}temperature_max": parts.temperatures.max(),
+        f"{prefix}temperature_min": parts.logit_margins.min(),
+        f"{prefix}temperature_max": parts.logit_margins.max(),
     }
     module.log_dict(values, **log_kwargs)
     return values
