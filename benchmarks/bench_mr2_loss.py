@@ -8,14 +8,15 @@ run:
   arithmetic and the structure of the released research code (BeierZhu/MR2,
   ``MRF-Imagenet/src/mrf_loss.py``): a Python loop over ALL K classes for the moving averages of the
   per-class scalars, and a second loop over the classes for the pairwise representation term.
-- ``mr2 released``: ``MR2Loss.from_variant("released", K)``, the same arithmetic, vectorised. Its
+- ``mr2 released``: ``ReleasedMR2Loss.from_variant("released", K)``, the same arithmetic, vectorised. Its
   loss is checked against the loop before timing, so the two columns time equal computations.
 - ``mr2 paper``: ``MR2Loss(K)``, the default (paper) configuration.
 - ``floor``: what any loss of this kind costs at least: cross-entropy forward + backward on the same
   logits plus ONE scatter (``index_add_``) of the features into a [K, d] buffer.
 
-It also prints a breakdown of the default's step (input checks + statistics update, logit term,
-pair term, backward), and with ``--sweep`` the cost growth over K in {10, 100, 1000, 10000} x
+It also prints a breakdown of the default's step by the profiler labels of ``MR2Loss.forward``
+(statistics update, temperatures, logit loss, representation margin) plus the backward, read from
+``torch.profiler``, and with ``--sweep`` the cost growth over K in {10, 100, 1000, 10000} x
 d in {2048, 768} at B = 512: time per step and peak memory of the loss, each case in a fresh
 subprocess (peak memory = growth of the peak resident set size, VmHWM after resetting it through
 /proc/self/clear_refs, over the memory held before the loss's first step; on CUDA
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import json
 import os
 import platform
@@ -55,9 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mr2 import MR2Loss
-from mr2.checks import check_classification_inputs, check_statistics_finite, wants_values
-from mr2.functional import logit_margin_loss
+from mr2.losses import PROFILER_LABELS, MR2Loss, ReleasedMR2Loss
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -206,7 +204,7 @@ def build_losses(num_classes: int) -> dict[str, nn.Module]:
     """Fresh instances of the implementations, in training mode, on :data:`DEVICE`."""
     losses: dict[str, nn.Module] = {
         "loop": PerClassLoopMR2Loss(num_classes),
-        "mr2 released": MR2Loss.from_variant(
+        "mr2 released": ReleasedMR2Loss.from_variant(
             "released", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP
         ),
         "mr2 paper": MR2Loss(num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
@@ -409,61 +407,38 @@ def format_table(results: Sequence[BenchResult], *, best: bool = False) -> str:
     return "\n".join(lines)
 
 
-BREAKDOWN_PARTS = ("checks + statistics", "logit term", "pair term", "backward", "step")
+#: The parts of the breakdown: the profiler labels of ``MR2Loss.forward``, then the backward and the
+#: whole step (labelled by :func:`breakdown`).
+BREAKDOWN_PARTS = (*PROFILER_LABELS, "backward", "step")
 
 
 def breakdown(size: Size, *, repeats: int = 41, seed: int = 0) -> dict[str, tuple[float, float]]:
-    """(median, min) ms of each part of the default's training step, timed inside one step.
+    """(median, min) ms of each part of the default's training step, over ``repeats`` steps.
 
-    The step is :meth:`MR2Loss.forward` spelled out with the same public calls (its loss is
-    checked against ``MR2Loss.forward`` first), so each part can be timed separately.
+    Each step runs under its own ``torch.profiler`` session (CPU activity); the parts are the labels
+    :meth:`MR2Loss.forward` records (:data:`mr2.losses.PROFILER_LABELS`) and the backward and the
+    whole step, labelled here, read by label from ``key_averages()`` (CPU time of the labelled
+    range; on CUDA the host side, the step ending with a synchronisation). The profiler adds its own
+    overhead per op, so read the parts as shares of the step.
     """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
     loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
-    reference = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
     batches = make_batches(size, BATCH_POOL, seed)
-
-    def step(batch: Batch) -> tuple[list[float], torch.Tensor]:
-        logits, features, target = batch
-        marks = [time.perf_counter()]
-        check_classification_inputs(logits, features, target, size.classes, finite=False)
-        pending = loss_fn.statistics.prepare(features, target)
-        if wants_values(logits, "auto"):
-            assert pending is not None
-            check_statistics_finite({"logits": logits, "features": features}, pending.guard)
-            loss_fn.statistics.commit(pending)
-        else:
-            loss_fn.statistics.commit(pending, only_if_finite=True)
-        moments = loss_fn.statistics.moments()
-        _sync()
-        marks.append(time.perf_counter())
-        gamma = loss_fn.temperatures(moments)
-        margin = loss_fn.distance_margin(moments[1])
-        logit_term = logit_margin_loss(logits, target, gamma)
-        _sync()
-        marks.append(time.perf_counter())
-        rep_term = loss_fn.representation_term(features, target, margin)
-        total = logit_term + loss_fn.lambda_rep * rep_term
-        _sync()
-        marks.append(time.perf_counter())
-        torch.autograd.grad(total, (logits, features))
-        _sync()
-        marks.append(time.perf_counter())
-        parts = [1e3 * (b - a) for a, b in itertools.pairwise(marks)]
-        return [*parts, 1e3 * (marks[-1] - marks[0])], total.detach()
-
     for i in range(5):
-        _, got = step(batches[i % BATCH_POOL])
-        want = reference(*batches[i % BATCH_POOL]).detach()
-        if not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
-            raise AssertionError(f"breakdown step {got.item()} != MR2Loss {want.item()}")
-    samples: list[list[float]] = []
+        training_step(loss_fn, batches[i % BATCH_POOL])
+    samples: dict[str, list[float]] = {name: [] for name in BREAKDOWN_PARTS}
     for r in range(repeats):
-        samples.append(step(batches[r % BATCH_POOL])[0])
-    columns = list(zip(*samples, strict=True))
-    return {
-        name: (statistics.median(col), min(col))
-        for name, col in zip(BREAKDOWN_PARTS, columns, strict=True)
-    }
+        logits, features, target = batches[r % BATCH_POOL]
+        with profile(activities=[ProfilerActivity.CPU]) as prof, record_function("step"):
+            loss = loss_fn(logits, features, target)
+            with record_function("backward"):
+                torch.autograd.grad(loss, (logits, features))
+            _sync()
+        times = {e.key: e.cpu_time_total / 1e3 for e in prof.key_averages() if e.key in samples}
+        for name in BREAKDOWN_PARTS:
+            samples[name].append(times[name])
+    return {name: (statistics.median(col), min(col)) for name, col in samples.items()}
 
 
 def format_breakdown(size: Size, parts: dict[str, tuple[float, float]]) -> str:

@@ -53,7 +53,7 @@ def test_loop_baseline_and_released_variant_compute_the_same_loss_and_gradients(
         assert got.item() == pytest.approx(want.item(), rel=1e-4)
         for g, w in zip(got_grads, want_grads):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(released.temperatures(), loop.temperatures(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(released.logit_temperatures(), loop.temperatures(), rtol=1e-4, atol=1e-6)
 
 
 def test_main_quick_prints_the_table(bench, capsys):
@@ -74,3 +74,17 @@ def test_profile_lists_the_steps_ops_per_step(bench):
     assert times == sorted(times, reverse=True) and len(names) == len(set(names))
     text = bench.format_profile(size, rows[:3])
     assert text.count("\n") == 2 + 3 and "| op | calls / step | self ms / step |" in text
+
+
+def test_breakdown_reads_the_losss_profiler_labels_and_they_nest_in_the_step(bench):
+    parts = bench.breakdown(bench.Size.parse("32x5x8"), repeats=3)
+    assert list(parts) == [
+        "mr2.statistics_update", "mr2.temperatures", "mr2.logit_loss", "mr2.representation_margin",
+        "backward", "step",
+    ]
+    assert all(0 < low <= median for median, low in parts.values())
+    # The labelled ranges are disjoint parts of each step, so their minima add up to at most the
+    # fastest step (sum of minima <= the parts of that step <= that step).
+    assert sum(parts[name][1] for name in list(parts)[:-1]) <= parts["step"][1] * (1 + 1e-9)
+    text = bench.format_breakdown(bench.Size.parse("32x5x8"), parts)
+    assert "| mr2.statistics_update | mr2.temperatures |" in text

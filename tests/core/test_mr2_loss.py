@@ -10,6 +10,7 @@ from core import oracles
 from mr2 import MR2Loss
 from mr2.checks import MR2InputError
 from mr2.functional import representation_margin_loss
+from mr2.losses import ReleasedMR2Loss
 
 
 def _batch(b=24, k=4, d=6, seed=0):
@@ -25,7 +26,7 @@ def test_unit_temperatures_and_no_representation_term_is_cross_entropy():
     loss_fn = MR2Loss(4, lambda_rep=0.0)
     loss_fn.gammas_enabled = False
     torch.testing.assert_close(loss_fn(logits, features, target), F.cross_entropy(logits, target))
-    assert loss_fn.temperatures().tolist() == [1.0] * 4
+    assert loss_fn.logit_temperatures().tolist() == [1.0] * 4
 
 
 def test_identical_classes_get_unit_temperatures_and_loss_is_ce():
@@ -34,14 +35,16 @@ def test_identical_classes_get_unit_temperatures_and_loss_is_ce():
     logits = torch.randn(12, 2)
     loss_fn = MR2Loss(2, lambda_rep=0.0)
     torch.testing.assert_close(loss_fn(logits, features, target), F.cross_entropy(logits, target))
-    torch.testing.assert_close(loss_fn.temperatures(), torch.ones(2))
+    torch.testing.assert_close(loss_fn.logit_temperatures(), torch.ones(2))
 
 
 def test_loss_equals_its_formula_from_the_statistics():
     """The whole loss against float64 oracles: statistics by explicitly weighted samples, the
     allocation by Corollary 1, both terms by loops (nothing taken from the implementation)."""
     logits, features, target = _batch()
-    loss_fn = MR2Loss(4, c_bar=1.5, lambda_rep=0.3, momentum=0.5, distance_temperature="2d")
+    loss_fn = MR2Loss(
+        4, c_bar=1.5, lambda_rep=0.3, momentum=0.5, distance_temperature=2.0, distance_temperature_per_dim=True
+    )
     batches = []
     for seed in range(3):  # statistics accumulate over a few steps
         _, f, y = _batch(seed=seed + 10)
@@ -57,7 +60,7 @@ def test_loss_equals_its_formula_from_the_statistics():
     assert got.item() == pytest.approx(logit_term + 0.3 * sum(rep) / len(rep), rel=1e-5)
     parts = loss_fn.parts
     assert parts is not None
-    assert parts.temperatures.tolist() == pytest.approx(gamma, rel=1e-5)
+    assert parts.logit_margins.tolist() == pytest.approx(gamma, rel=1e-5)
     assert parts.logit.item() == pytest.approx(logit_term, rel=1e-5)
     assert parts.representation.item() == pytest.approx(sum(rep) / len(rep), rel=1e-5)
     assert not parts.total.requires_grad
@@ -65,14 +68,14 @@ def test_loss_equals_its_formula_from_the_statistics():
 
 def test_released_variant_reproduces_released_arithmetic():
     oracle = oracles.ReleasedArithmetic(num_classes=4, momentum=0.9, lambda_rep=0.1)
-    loss_fn = MR2Loss.from_variant("released", 4, momentum=0.9)
+    loss_fn = ReleasedMR2Loss.from_variant("released", 4, momentum=0.9)
     for seed in range(4):
         logits, features, target = _batch(b=10, seed=seed)
         target = target[torch.randperm(10, generator=torch.Generator().manual_seed(seed))]
         want, gamma = oracle(logits, features, target)
         got = loss_fn(logits, features, target)
         assert got.item() == pytest.approx(want, rel=1e-4)
-        torch.testing.assert_close(loss_fn.temperatures().double(), torch.tensor(gamma).double(), rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(loss_fn.logit_temperatures().double(), torch.tensor(gamma).double(), rtol=1e-4, atol=1e-6)
 
 
 def test_permuting_class_ids_permutes_temperatures_and_keeps_loss():
@@ -86,7 +89,7 @@ def test_permuting_class_ids_permutes_temperatures_and_keeps_loss():
         la = a(logits, features, target)
         lb = b(permuted_logits, features, perm[target])
         torch.testing.assert_close(la, lb)
-    torch.testing.assert_close(b.temperatures()[perm], a.temperatures())
+    torch.testing.assert_close(b.logit_temperatures()[perm], a.logit_temperatures())
     del inverse
 
 
@@ -94,7 +97,7 @@ def test_larger_spread_class_gets_larger_temperature():
     loss_fn = MR2Loss(4, lambda_rep=0.0)
     logits, features, target = _batch()
     loss_fn(logits, features - 2, target)  # centred; spread grows with the class id
-    gamma = loss_fn.temperatures()
+    gamma = loss_fn.logit_temperatures()
     assert torch.all(gamma[1:] > gamma[:-1])
     assert gamma.mean().item() == pytest.approx(1.0)
 
@@ -105,7 +108,7 @@ def test_warmup_keeps_unit_temperatures_until_all_classes_seen():
     loss = loss_fn(logits, features, torch.tensor([0, 1, 0, 1]))
     torch.testing.assert_close(loss, F.cross_entropy(logits, torch.tensor([0, 1, 0, 1])))
     loss_fn(logits, features, torch.tensor([2, 2, 2, 2]))
-    assert not torch.allclose(loss_fn.temperatures(), torch.ones(3))
+    assert not torch.allclose(loss_fn.logit_temperatures(), torch.ones(3))
 
 
 def test_eval_mode_freezes_statistics_and_state_dict_resumes_identically():
@@ -129,7 +132,7 @@ def test_gradients_flow_to_logits_and_features_and_rep_term_pulls_classes_togeth
     logits, features, target = _batch()
     features = features.clone().requires_grad_()
     logits = logits.clone().requires_grad_()
-    loss_fn = MR2Loss(4, lambda_rep=1.0, distance_temperature="1d")
+    loss_fn = MR2Loss(4, lambda_rep=1.0, distance_temperature=1.0, distance_temperature_per_dim=True)
     loss_fn(logits, features, target).backward()
     assert logits.grad.abs().sum() > 0 and features.grad.abs().sum() > 0
     # A gradient step on the representation term alone shrinks the within-class spread.
@@ -179,7 +182,9 @@ def test_bad_input_messages(call, message):
         ({"num_classes": 1}, "num_classes must be an integer >= 2"),
         ({"num_classes": 3, "lambda_rep": -1}, "lambda_rep"),
         ({"num_classes": 3, "c_bar": 0.0}, "c_bar"),
-        ({"num_classes": 3, "distance_temperature": "tend"}, "distance_temperature"),
+        ({"num_classes": 3, "distance_temperature": "tend"}, "distance_temperature must be a positive number"),
+        ({"num_classes": 3, "distance_temperature": "1d"}, "the string '<c>d' is ReleasedMR2Loss's spelling"),
+        ({"num_classes": 3, "distance_temperature_per_dim": "yes"}, "distance_temperature_per_dim must be"),
         ({"num_classes": 3, "allocation": "cube"}, "allocation"),
         ({"num_classes": 3, "pairs": "all"}, "pairs"),
         ({"num_classes": 3, "warmup_samples_per_class": 0}, "warmup_samples_per_class"),
@@ -201,13 +206,13 @@ def test_recommended_variants_change_only_their_setting():
     target = torch.tensor([0, 1, 2, 3] * 3)
     paper, logit_only = MR2Loss(4), MR2Loss.from_variant("logit_only", 4)
     distance_1d = MR2Loss.from_variant("distance_1d", 4)
-    assert logit_only.lambda_rep == 0.0 and distance_1d.distance_temperature == "1d"
+    assert logit_only.lambda_rep == 0.0 and distance_1d.distance_temperature_value(6) == 6.0
     total = paper(logits, features, target)
     assert torch.allclose(logit_only(logits, features, target), paper.parts.logit)
     # T = d: the representation term of the same batch with squared distances divided by d = 6.
     distance_1d(logits, features, target)
-    gamma = paper.temperatures()
-    assert torch.allclose(distance_1d.temperatures(), gamma)
+    gamma = paper.logit_temperatures()
+    assert torch.allclose(distance_1d.logit_temperatures(), gamma)
     margin = 2 * distance_1d.statistics.mean_spread()
     expected = representation_margin_loss(features, target, margin, temperature=6.0)
     assert torch.allclose(distance_1d.parts.representation, expected)

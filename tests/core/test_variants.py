@@ -11,6 +11,7 @@ from core import oracles
 from mr2 import MR2Loss
 from mr2.checks import MR2InputError
 from mr2.functional import additive_margin_loss
+from mr2.losses import ReleasedMR2Loss
 
 
 def _batch(b=24, k=4, d=6, seed=0, dtype=torch.float64):
@@ -51,7 +52,7 @@ def test_additive_margin_variant_uses_the_allocation_normalised_by_its_mean():
     s_bar = float(loss_fn.statistics.spread().mean())
     rep = oracles.representation_terms(features, target, 2 * s_bar)
     assert total.item() == pytest.approx(logit_term + 0.1 * sum(rep) / len(rep), rel=1e-8)
-    torch.testing.assert_close(loss_fn.parts.temperatures.double(), delta, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(loss_fn.parts.logit_margins.double(), delta, rtol=1e-6, atol=1e-7)
 
 
 def test_additive_margin_is_zero_during_warmup_and_when_margins_are_disabled():
@@ -88,7 +89,7 @@ def test_lp5_distance_margin_is_in_the_l2_norm_of_the_pair_distances():
     assert lp5.parts.margin.item() == pytest.approx(2 * l2_spread.mean().item(), rel=1e-5)
     assert stats.spread().mean().item() != pytest.approx(l2_spread.mean().item(), rel=1e-3)
     # The released variant keeps the released code's L5 spread in the margin.
-    released = MR2Loss.from_variant("released", 4)
+    released = ReleasedMR2Loss.from_variant("released", 4)
     released(logits, features, target)
     assert released.parts.margin.item() == pytest.approx(
         2 * released.statistics.spread().mean().item(), rel=1e-6
@@ -100,8 +101,8 @@ def test_variance_allocation_waits_until_every_class_has_two_samples():
     features = torch.tensor([[1.0, 0.0], [3.0, 1.0], [0.0, 2.0], [5.0, 5.0]], dtype=torch.float64)
     loss_fn(torch.zeros(4, 3, dtype=torch.float64), features, torch.tensor([0, 0, 1, 2]))
     # Classes 1 and 2 were seen once (s_k = 0): the allocation must not start yet.
-    assert loss_fn.temperatures().tolist() == [1.0, 1.0, 1.0]
+    assert loss_fn.logit_temperatures().tolist() == [1.0, 1.0, 1.0]
     loss_fn(torch.zeros(4, 3, dtype=torch.float64), features + 1, torch.tensor([1, 2, 1, 2]))
-    gamma = loss_fn.temperatures()
+    gamma = loss_fn.logit_temperatures()
     assert not torch.allclose(gamma, torch.ones_like(gamma))
     assert gamma.mean().item() == pytest.approx(1.0, rel=1e-6)  # c_bar, no class clamped

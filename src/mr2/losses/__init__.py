@@ -1,5 +1,6 @@
 """Training objectives called as ``loss(logits, features, target)``."""
 
-from mr2.losses.mr2 import VARIANTS, MR2Loss, MR2LossParts
+from mr2.losses.mr2 import PROFILER_LABELS, VARIANTS, MR2Loss, MR2LossParts
+from mr2.losses.released import ReleasedMR2Loss
 
-__all__ = ["VARIANTS", "MR2Loss", "MR2LossParts"]
+__all__ = ["PROFILER_LABELS", "VARIANTS", "MR2Loss", "MR2LossParts", "ReleasedMR2Loss"]

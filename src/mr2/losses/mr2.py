@@ -1,11 +1,31 @@
-"""The MR2 objective: logit margin loss with per-class temperatures + representation margin loss."""
+"""The MR2 objective: logit margin loss with per-class temperatures + representation margin loss.
+
+Two temperatures appear in MR2 and the names keep them apart: the per-class LOGIT temperatures
+``gamma_y`` (:meth:`MR2Loss.logit_temperatures`, floored at ``min_logit_temperature``) divide the
+logits, and the DISTANCE temperature ``T`` (``distance_temperature``) divides the squared pair
+distances of the representation term. The knobs that only reproduce the released research code live
+on :class:`mr2.losses.released.ReleasedMR2Loss`, not here.
+
+:meth:`MR2Loss.forward` labels its parts with :func:`torch.profiler.record_function` (they show in a
+``torch.profiler`` trace and its ``key_averages()``; they are recorded only while a profiler runs, so
+they cost nothing otherwise):
+
+- ``"mr2.statistics_update"``: input checks and the class statistics' update;
+- ``"mr2.temperatures"``: the moments, the distance margin and the per-class logit temperatures
+  (additive margins with ``logit_margin="additive"``);
+- ``"mr2.logit_loss"``: the logit margin term;
+- ``"mr2.representation_margin"``: the representation margin term (absent when ``lambda_rep = 0``).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
+from torch.autograd import profiler
 
 from mr2 import distributed
 from mr2.checks import (
@@ -23,40 +43,56 @@ from mr2.functional.margin_losses import (
     logit_margin_loss,
     representation_margin_loss,
 )
-from mr2.functional.released import released_class_normalised_mean
-from mr2.statistics.class_features import ClassFeatureStatistics, Estimator
+from mr2.statistics.class_features import ClassFeatureStatistics
 
-__all__ = ["VARIANTS", "MR2Loss", "MR2LossParts"]
+__all__ = ["PROFILER_LABELS", "VARIANTS", "MR2Loss", "MR2LossParts"]
 
 Allocation = Literal["second_moment", "spread"]
 LogitMargin = Literal["temperature", "additive"]
-MarginNorm = Literal["l2", "statistics"]
 Pairs = Literal["local", "global"]
-RepReduction = Literal["mean", "released"]
+
+#: The :func:`torch.profiler.record_function` labels of :meth:`MR2Loss.forward`, in call order.
+PROFILER_LABELS = (
+    "mr2.statistics_update",
+    "mr2.temperatures",
+    "mr2.logit_loss",
+    "mr2.representation_margin",
+)
+
+
+def _label(name: str) -> contextlib.AbstractContextManager[Any]:
+    """``record_function(name)`` while a profiler runs, else nothing: an unconditional label cost
+    more than 2% of the loss's step at small sizes (docs/benchmarks/log.md)."""
+    if profiler._is_profiler_enabled:
+        return profiler.record_function(name)
+    return contextlib.nullcontext()
+
 
 BAD_LAMBDA = "lambda_rep must be a number >= 0; got {value!r}."
 BAD_C_BAR = "c_bar must be a positive number; got {value!r}."
 BAD_ALLOCATION = "allocation must be 'second_moment' (paper) or 'spread'; got {value!r}."
 BAD_PAIRS = "pairs must be 'local' (default) or 'global'; got {value!r}."
-BAD_REP_REDUCTION = "rep_reduction must be 'mean' (paper) or 'released'; got {value!r}."
 BAD_DISTANCE_TEMPERATURE = (
-    "distance_temperature must be a positive number (1 = the paper) or a string '<c>d' meaning c "
-    "times the feature dimension (e.g. '10d', the released code); got {value!r}."
+    "distance_temperature must be a positive number (1 = the paper; with "
+    "distance_temperature_per_dim=True it is c in T = c times the feature dimension; the string "
+    "'<c>d' is ReleasedMR2Loss's spelling); got {value!r}."
 )
+BAD_PER_DIM = "distance_temperature_per_dim must be true or false; got {value!r}."
 UNKNOWN_VARIANT = "unknown MR2 variant {name!r}; choose one of: {choices}."
+RELEASED_OPTIONS_ONLY = (
+    "{cls} has no option(s) {names}: they reproduce the released research code; build the loss with "
+    "mr2.losses.released.ReleasedMR2Loss (or ReleasedMR2Loss.from_variant) instead."
+)
 BAD_WARMUP = "warmup_samples_per_class must be an integer >= 1; got {value!r}."
 BAD_LOGIT_MARGIN = (
     "logit_margin must be 'temperature' (paper: z / gamma_y) or 'additive' (LDAM form: "
     "z_y - Delta_y); got {value!r}."
 )
 BAD_MARGIN_SCALE = "margin_scale (m of the additive margin) must be a number >= 0; got {value!r}."
-BAD_MARGIN_NORM = (
-    "distance_margin_norm must be 'l2' (the norm of the pair distances) or 'statistics' (the "
-    "statistics' Lp norm, the released code); got {value!r}."
-)
 
 #: Named configurations. ``"paper"`` is the default of :class:`MR2Loss`; the others are variants
-#: studied by the project (see docs/mr2.md), each labelled as NOT the paper's default.
+#: studied by the project (see docs/mr2.md), each labelled as NOT the paper's default. ``"released"``
+#: uses the released code's knobs: build it with ``ReleasedMR2Loss.from_variant("released", K)``.
 VARIANTS: dict[str, dict[str, Any]] = {
     "paper": {},
     "centered": {"center_features": True},
@@ -67,7 +103,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # (distance_1d) overall accuracy was within noise of cross-entropy there. No variant is recommended:
     # on other data the ranking changed (section 7); `mr2 tune` chooses one on the user's validation data.
     "logit_only": {"lambda_rep": 0.0},
-    "distance_1d": {"distance_temperature": "1d"},
+    "distance_1d": {"distance_temperature": 1.0, "distance_temperature_per_dim": True},
     # Corollary 1's allocation as an additive LDAM-style margin on the true logit (z_y - Delta_y)
     # instead of a temperature: NOT the paper's form (the temperature also divides a class's
     # gradient by gamma_y; an additive margin does not).
@@ -90,31 +126,29 @@ class MR2LossParts(NamedTuple):
         total: 0-dim total loss.
         logit: 0-dim logit margin term.
         representation: 0-dim representation margin term (before multiplying by lambda_rep).
-        temperatures: [K] the gamma used (with ``logit_margin="additive"``: the margins Delta).
+        logit_margins: [K] the per-class parameters of the logit margin used: the logit temperatures
+            gamma (``logit_margin="temperature"``) or the additive margins Delta
+            (``logit_margin="additive"``).
         margin: 0-dim distance margin ``2 * s_bar``.
     """
 
     total: torch.Tensor
     logit: torch.Tensor
     representation: torch.Tensor
-    temperatures: torch.Tensor
+    logit_margins: torch.Tensor
     margin: torch.Tensor
 
 
-def _parse_distance_temperature(value: float | str) -> tuple[float, bool]:
-    """Return (factor, per_dimension) for ``1.0`` -> (1, False) and ``'10d'`` -> (10, True)."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            factor = float(text[:-1]) if text.endswith("d") else float("nan")
-        except ValueError:
-            factor = float("nan")
-        if not factor > 0:
-            raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
-        return factor, True
-    if not is_number(value) or not value > 0:
-        raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
-    return float(value), False
+def keyword_options(cls: type[nn.Module]) -> dict[str, Any]:
+    """The keyword options of ``cls.__init__`` (and of the classes it passes ``**options`` to) with
+    their defaults, e.g. every option of :class:`MR2Loss` or of a subclass."""
+    options: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if issubclass(klass, MR2Loss):
+            for name, parameter in inspect.signature(klass.__init__).parameters.items():
+                if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+                    options[name] = parameter.default
+    return options
 
 
 class MR2Loss(nn.Module):
@@ -127,46 +161,46 @@ class MR2Loss(nn.Module):
         \qquad \gamma_y = \bar c K a_y^{1/3} / \textstyle\sum_k a_k^{1/3}
 
     with ``a_k = ||mu_k||^2 + s_k`` and ``s_bar`` the mean of ``s_k`` from the moving class statistics
-    (:class:`~mr2.ClassFeatureStatistics`, held by this module). In training mode every call first
-    folds the batch's features into the statistics and then uses them (as the released code does);
-    in eval mode the statistics are frozen. Until every class has been seen
-    ``warmup_samples_per_class`` times the temperatures are 1 (plain cross-entropy); setting
-    :attr:`gammas_enabled` to False (e.g. for warm-up epochs) does the same.
+    (:class:`~mr2.ClassFeatureStatistics`, held by this module). ``gamma_y`` are the per-class LOGIT
+    temperatures, ``T`` the DISTANCE temperature. In training mode every call first folds the batch's
+    features into the statistics and then uses them (as the released code does); in eval mode the
+    statistics are frozen. Until every class has been seen ``warmup_samples_per_class`` times the
+    logit temperatures are 1 (plain cross-entropy); setting :attr:`gammas_enabled` to False (e.g. for
+    warm-up epochs) does the same.
 
     The defaults are the paper's: L2 statistics, cube-root allocation of ``a_k``, distance
     temperature ``T = 1``, ``lambda_rep = 0.1``, representation pairs from the local batch (under data
     parallelism each rank pairs its own samples, as the released code does; ``pairs="global"`` pairs
     over the global batch with a differentiable all-gather). Variants (see :data:`VARIANTS` and
-    :meth:`from_variant`) are labelled as such.
+    :meth:`from_variant`) are labelled as such; the released research code's arithmetic is
+    :class:`~mr2.losses.released.ReleasedMR2Loss`.
 
     Args:
         num_classes: K >= 2.
-        c_bar: mean temperature (overall margin strength) > 0.
+        c_bar: mean logit temperature (overall margin strength) > 0.
         lambda_rep: weight of the representation term (0 disables it and skips its O(B^2) work).
         momentum: decay of the moving statistics (0.9 in the paper's CIFAR scripts, 0.999 ImageNet).
-        feature_dim: d, or None to infer it from the first batch.
-        distance_temperature: ``T`` (1 = paper) or ``"<c>d"`` for c times the feature dimension.
+        feature_dim: d, or None to infer it from the first batch (or :meth:`setup`).
+        distance_temperature: the distance temperature ``T`` > 0 (1 = paper), or with
+            ``distance_temperature_per_dim`` the factor c of ``T = c d``.
+        distance_temperature_per_dim: ``T = distance_temperature * d`` (d the feature dimension;
+            variant ``distance_1d``).
         allocation: ``"second_moment"`` (paper: ``a_k``) or ``"spread"`` (variance-only, ``s_k``).
-        norm_p: Lp norm of the statistics (2 = paper; 5 = released code).
+        norm_p: Lp norm of the statistics (2 = paper; 5 = released code). The distance margin
+            ``2 s_bar`` stays in the L2 norm of the pair distances whatever ``norm_p`` is.
         center_features: statistics on globally centred features (variant).
-        estimator: ``"pooled"`` moving sufficient statistics (default) or ``"batch"`` (released).
-        rep_reduction: ``"mean"`` over the batch (paper) or ``"released"`` (per-class means / K,
-            times d/10).
         pairs: ``"local"`` or ``"global"`` batch pairs under torch.distributed.
-        warmup_samples_per_class: temperatures stay 1 until every class has been seen this many
+        warmup_samples_per_class: logit temperatures stay 1 until every class has been seen this many
             times (None: never wait; the released code's behaviour).
-        min_temperature: lower clamp on gamma (guards a class whose statistics are ~0).
+        min_logit_temperature: lower clamp on gamma (guards a class whose statistics are ~0).
         logit_margin: ``"temperature"`` (paper: ``-log softmax(z / gamma_y)_y``) or ``"additive"``
             (variant ``additive_margin``: ``-log softmax(z - Delta_y e_y)_y`` with
             ``Delta_y = margin_scale * gamma_y / mean(gamma)``, the other logits untouched; 0
             during warm-up, i.e. plain cross-entropy).
         margin_scale: ``m``, the additive margin of a class of average allocation (logit units;
             default 0.5, LDAM's largest margin). Only used with ``logit_margin="additive"``.
-        distance_margin_norm: the norm of the ``s_k`` in the distance margin ``2 s_bar``: ``"l2"``
-            (default; the norm of the pair distances, whatever ``norm_p`` the allocation uses) or
-            ``"statistics"`` (the statistics' Lp norm: the released code's mismatch of an L5
-            spread against L2 distances; used by the ``released`` variant).
-        process_group: torch.distributed group (None: default group when initialised).
+        process_group: torch.distributed group (None: default group when initialised); see
+            :meth:`setup`.
         check_values: validate target range / finiteness ("auto": CPU tensors only).
 
     Example:
@@ -175,7 +209,7 @@ class MR2Loss(nn.Module):
         >>> logits, features = torch.randn(8, 3), torch.randn(8, 4)
         >>> target = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
         >>> loss = loss_fn(logits, features, target)
-        >>> loss.shape, loss_fn.temperatures().shape, bool(loss_fn.parts.representation >= 0)
+        >>> loss.shape, loss_fn.logit_temperatures().shape, bool(loss_fn.parts.representation >= 0)
         (torch.Size([]), torch.Size([3]), True)
     """
 
@@ -187,18 +221,16 @@ class MR2Loss(nn.Module):
         lambda_rep: float = 0.1,
         momentum: float = 0.9,
         feature_dim: int | None = None,
-        distance_temperature: float | str = 1.0,
+        distance_temperature: float = 1.0,
+        distance_temperature_per_dim: bool = False,
         allocation: Allocation = "second_moment",
         norm_p: float = 2.0,
         center_features: bool = False,
-        estimator: Estimator = "pooled",
-        rep_reduction: RepReduction = "mean",
         pairs: Pairs = "local",
         warmup_samples_per_class: int | None = 1,
-        min_temperature: float = 1e-2,
+        min_logit_temperature: float = 1e-2,
         logit_margin: LogitMargin = "temperature",
         margin_scale: float = 0.5,
-        distance_margin_norm: MarginNorm = "l2",
         process_group: Any = None,
         check_values: CheckValues = "auto",
     ) -> None:
@@ -209,7 +241,6 @@ class MR2Loss(nn.Module):
             momentum=momentum,
             norm_p=norm_p,
             center=center_features,
-            estimator=estimator,
             process_group=process_group,
             check_values=check_values,
         )
@@ -218,12 +249,14 @@ class MR2Loss(nn.Module):
             raise MR2InputError(BAD_C_BAR.format(value=c_bar))
         if not is_number(lambda_rep) or lambda_rep < 0:
             raise MR2InputError(BAD_LAMBDA.format(value=lambda_rep))
+        if not is_number(distance_temperature) or not distance_temperature > 0:
+            raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=distance_temperature))
+        if not isinstance(distance_temperature_per_dim, bool):
+            raise MR2InputError(BAD_PER_DIM.format(value=distance_temperature_per_dim))
         if allocation not in ("second_moment", "spread"):
             raise MR2InputError(BAD_ALLOCATION.format(value=allocation))
         if pairs not in ("local", "global"):
             raise MR2InputError(BAD_PAIRS.format(value=pairs))
-        if rep_reduction not in ("mean", "released"):
-            raise MR2InputError(BAD_REP_REDUCTION.format(value=rep_reduction))
         if warmup_samples_per_class is not None and (
             not is_int(warmup_samples_per_class)
             or warmup_samples_per_class < 1
@@ -236,25 +269,22 @@ class MR2Loss(nn.Module):
             or not margin_scale >= 0
         ):
             raise MR2InputError(BAD_MARGIN_SCALE.format(value=margin_scale))
-        if distance_margin_norm not in ("l2", "statistics"):
-            raise MR2InputError(BAD_MARGIN_NORM.format(value=distance_margin_norm))
         self.logit_margin: LogitMargin = logit_margin
         self.margin_scale = float(margin_scale)
-        self.distance_margin_norm: MarginNorm = distance_margin_norm
         self.c_bar = float(c_bar)
         self.lambda_rep = float(lambda_rep)
-        self.distance_temperature = distance_temperature
-        self._temperature_factor, self._temperature_per_dim = _parse_distance_temperature(
-            distance_temperature
-        )
+        #: As given (ReleasedMR2Loss: possibly the string ``"<c>d"``); ``T`` is
+        #: :meth:`distance_temperature_value`.
+        self.distance_temperature: float | str = float(distance_temperature)
+        self._distance_factor = float(distance_temperature)
+        self.distance_temperature_per_dim = distance_temperature_per_dim
         self.allocation: Allocation = allocation
-        self.rep_reduction: RepReduction = rep_reduction
         self.pairs: Pairs = pairs
         self.warmup_samples_per_class = warmup_samples_per_class
-        self.min_temperature = float(min_temperature)
+        self.min_logit_temperature = float(min_logit_temperature)
         self.process_group = process_group
         self.check_values: CheckValues = check_values
-        #: Set to False to train with temperatures 1 (e.g. during warm-up epochs).
+        #: Set to False to train with logit temperatures 1 (e.g. during warm-up epochs).
         self.gammas_enabled = True
         self.parts: MR2LossParts | None = None
 
@@ -262,26 +292,51 @@ class MR2Loss(nn.Module):
     def from_variant(cls, variant: str, num_classes: int, **overrides: Any) -> MR2Loss:
         """Build a named configuration from :data:`VARIANTS`, with keyword overrides.
 
+        An override of ``distance_temperature`` replaces the variant's distance temperature as a
+        whole (with ``distance_temperature_per_dim`` unless that is given too). ``"released"`` (the
+        released code's knobs) needs ``ReleasedMR2Loss.from_variant``.
+
         Example:
-            >>> MR2Loss.from_variant("released", 10).statistics.norm_p
+            >>> MR2Loss.from_variant("lp5", 10).statistics.norm_p
             5.0
         """
+        options = cls.variant_options(variant)
+        if "distance_temperature" in overrides:  # a given T replaces the variant's T as a whole
+            options.pop("distance_temperature_per_dim", None)
+        options.update(overrides)
+        foreign = sorted(set(options) - set(keyword_options(cls)))
+        if foreign:
+            raise MR2InputError(RELEASED_OPTIONS_ONLY.format(cls=cls.__name__, names=foreign))
+        return cls(num_classes, **options)
+
+    @staticmethod
+    def variant_options(variant: str) -> dict[str, Any]:
+        """The options of the named configuration ``variant`` of :data:`VARIANTS` (a copy)."""
         if variant not in VARIANTS:
             raise MR2InputError(
                 UNKNOWN_VARIANT.format(name=variant, choices=", ".join(sorted(VARIANTS)))
             )
-        return cls(num_classes, **{**VARIANTS[variant], **overrides})
+        return dict(VARIANTS[variant])
+
+    def setup(self, feature_dim: int | None = None, process_group: Any = None) -> None:
+        """Wire the loss to a run: the feature width d (allocating the statistics' [K, d] state now
+        instead of at the first batch; a different d than the loss already has is an error) and the
+        torch.distributed group of this loss and its statistics (None: the default group)."""
+        self.process_group = process_group
+        self.statistics.process_group = process_group
+        if feature_dim is not None:
+            self.statistics._materialise(feature_dim)
 
     def extra_repr(self) -> str:
         return (
             f"c_bar={self.c_bar}, lambda_rep={self.lambda_rep}, "
-            f"distance_temperature={self.distance_temperature!r}, allocation={self.allocation!r}, "
-            f"rep_reduction={self.rep_reduction!r}, pairs={self.pairs!r}, "
-            f"logit_margin={self.logit_margin!r}"
+            f"distance_temperature={self.distance_temperature!r}, "
+            f"distance_temperature_per_dim={self.distance_temperature_per_dim}, "
+            f"allocation={self.allocation!r}, pairs={self.pairs!r}, logit_margin={self.logit_margin!r}"
         )
 
     def allocation_statistic(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """[K] the statistic the temperatures are allocated from (``a_k`` or ``s_k``)."""
+        """[K] the statistic the logit temperatures are allocated from (``a_k`` or ``s_k``)."""
         mean_sq_norm, spread = self.statistics.moments() if moments is None else moments
         return spread if self.allocation == "spread" else mean_sq_norm + spread
 
@@ -301,13 +356,15 @@ class MR2Loss(nn.Module):
             ready = torch.zeros_like(ready)
         return ready
 
-    def temperatures(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """[K] the current per-class temperatures gamma (ones during warm-up). No host sync.
+    def logit_temperatures(
+        self, moments: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """[K] the current per-class logit temperatures gamma (ones during warm-up). No host sync.
 
         ``moments``: ``statistics.moments()`` if already computed this step.
         """
         stat = self.allocation_statistic(moments)
-        gamma = gamma_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_temperature)
+        gamma = gamma_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_logit_temperature)
         return torch.where(self._ready(stat) & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
 
     def additive_margins(
@@ -317,31 +374,47 @@ class MR2Loss(nn.Module):
 
         ``gamma / mean(gamma) = K a_k^(1/3) / sum_j a_j^(1/3)`` does not depend on ``c_bar``.
         """
-        gamma = self.temperatures(moments)
+        gamma = self.logit_temperatures(moments)
         ready = self._ready(self.allocation_statistic(moments))
         delta = self.margin_scale * gamma / gamma.mean()
         return torch.where(ready, delta, torch.zeros_like(delta))
+
+    def _margin_spread(self, spread: torch.Tensor | None) -> torch.Tensor | None:
+        """The [K] ``s_k`` of the distance margin: in the L2 norm of the pair distances."""
+        stats = self.statistics
+        return stats.spread_l2() if stats.norm_p != 2.0 else spread
 
     def distance_margin(self, spread: torch.Tensor | None = None) -> torch.Tensor:
         """0-dim ``2 * s_bar``.
 
         ``spread``: the [K] ``s_k`` of ``statistics.moments()`` if already computed this step (used
-        when it is in the norm of the margin, see ``distance_margin_norm``).
+        when the statistics are in the L2 norm).
         """
-        stats = self.statistics
-        if self.distance_margin_norm == "l2" and stats.norm_p != 2.0:
-            spread = stats.spread_l2()
-        return 2.0 * stats.mean_spread(spread)
+        return 2.0 * self.statistics.mean_spread(self._margin_spread(spread))
 
-    def _temperature_value(self, feature_dim: int) -> float:
-        factor = self._temperature_factor
-        return factor * feature_dim if self._temperature_per_dim else factor
+    def distance_temperature_value(self, feature_dim: int) -> float:
+        """The distance temperature ``T`` for features of width ``feature_dim``."""
+        factor = self._distance_factor
+        return factor * feature_dim if self.distance_temperature_per_dim else factor
+
+    def _reduce_pairs(
+        self,
+        features: torch.Tensor,
+        target: torch.Tensor,
+        margin: torch.Tensor,
+        temperature: float,
+        partners: dict[str, Any],
+    ) -> torch.Tensor:
+        """The representation margin term from its per-sample terms: their mean over the batch."""
+        return representation_margin_loss(
+            features, target, margin, temperature=temperature, reduction="mean", **partners
+        )
 
     def representation_term(
         self, features: torch.Tensor, target: torch.Tensor, margin: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The (unweighted) representation margin term of this batch."""
-        temperature = self._temperature_value(features.shape[1])
+        temperature = self.distance_temperature_value(features.shape[1])
         margin = self.distance_margin() if margin is None else margin
         partners: dict[str, Any] = {}
         if self.pairs == "global" and distributed.is_distributed(self.process_group):
@@ -356,53 +429,53 @@ class MR2Loss(nn.Module):
                 "partner_target": partner_target,
                 "self_offset": offset,
             }
-        if self.rep_reduction == "released":
-            per_sample = representation_margin_loss(
-                features, target, margin, temperature=temperature, reduction="none", **partners
-            )
-            scale = features.shape[1] / 10.0
-            return scale * released_class_normalised_mean(per_sample, target, self.num_classes)
-        return representation_margin_loss(
-            features, target, margin, temperature=temperature, reduction="mean", **partners
-        )
+        return self._reduce_pairs(features, target, margin, temperature, partners)
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
     ) -> torch.Tensor:
         """Loss of one batch (0-dim). Updates the statistics first when in training mode.
 
+        Its parts run under the profiler labels of :data:`PROFILER_LABELS` (module docstring).
+
         Args:
             logits: [B, K] classifier outputs.
             features: [B, d] penultimate features (the input of the final linear layer).
             target: [B] class ids in ``[0, K)``.
         """
-        check_classification_inputs(
-            logits, features, target, self.num_classes, self.check_values, finite=False
-        )
-        # The statistics update is computed first and applied only once it is known to keep them
-        # finite; that check and the inputs' finiteness check share ONE host sync (CPU only by
-        # default; on accelerators a non-finite update is skipped without a sync).
-        pending = self.statistics.prepare(features, target)
-        # A NaN/Inf feature makes the update's guard (built from the squared norms) non-finite, so
-        # with a pending update only the logits need their own finiteness pass.
-        inputs = {"logits": logits} if pending is not None else {"logits": logits, "features": features}
-        if wants_values(logits, self.check_values):
-            check_statistics_finite(
-                inputs, None if pending is None else pending.guard, also_count={"features": features}
+        with _label("mr2.statistics_update"):
+            check_classification_inputs(
+                logits, features, target, self.num_classes, self.check_values, finite=False
             )
-            self.statistics.commit(pending)
-        else:
-            self.statistics.commit(pending, only_if_finite=True)
-        moments = self.statistics.moments()
-        margin = self.distance_margin(moments[1])
-        if self.logit_margin == "additive":
-            gamma = self.additive_margins(moments)
-            logit_term = additive_margin_loss(logits, target, gamma)
-        else:
-            gamma = self.temperatures(moments)
-            logit_term = logit_margin_loss(logits, target, gamma)
+            # The statistics update is computed first and applied only once it is known to keep them
+            # finite; that check and the inputs' finiteness check share ONE host sync (CPU only by
+            # default; on accelerators a non-finite update is skipped without a sync).
+            pending = self.statistics.prepare(features, target)
+            # A NaN/Inf feature makes the update's guard (built from the squared norms) non-finite,
+            # so with a pending update only the logits need their own finiteness pass.
+            inputs = {"logits": logits} if pending is not None else {"logits": logits, "features": features}
+            if wants_values(logits, self.check_values):
+                check_statistics_finite(
+                    inputs, None if pending is None else pending.guard, also_count={"features": features}
+                )
+                self.statistics.commit(pending)
+            else:
+                self.statistics.commit(pending, only_if_finite=True)
+        with _label("mr2.temperatures"):
+            moments = self.statistics.moments()
+            margin = self.distance_margin(moments[1])
+            if self.logit_margin == "additive":
+                gamma = self.additive_margins(moments)
+            else:
+                gamma = self.logit_temperatures(moments)
+        with _label("mr2.logit_loss"):
+            if self.logit_margin == "additive":
+                logit_term = additive_margin_loss(logits, target, gamma)
+            else:
+                logit_term = logit_margin_loss(logits, target, gamma)
         if self.lambda_rep > 0:
-            rep_term = self.representation_term(features, target, margin)
+            with _label("mr2.representation_margin"):
+                rep_term = self.representation_term(features, target, margin)
         else:
             rep_term = logit_term.new_zeros(())
         total = logit_term + self.lambda_rep * rep_term

@@ -6,21 +6,31 @@ from typing import Any
 
 import torch
 
-from mr2.losses.mr2 import MR2Loss
+from mr2.losses.mr2 import MR2Loss, keyword_options
+from mr2.losses.released import ReleasedMR2Loss, uses_released_knobs
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
 
 __all__ = ["MR2Method"]
+
+#: Loss options the engine sets itself (from the :class:`~mr2.methods.base.MethodContext`).
+WIRED_BY_THE_ENGINE = ("feature_dim", "process_group")
 
 
 @register_method("mr2")
 class MR2Method(TrainingMethod):
     """MR2 (:class:`mr2.MR2Loss`) behind the engine's seam.
 
-    Options left at None take the value of the chosen ``variant`` (see :data:`mr2.VARIANTS`; the
-    default ``"paper"`` is the paper's form; ``"additive_margin"`` uses the allocation as an additive
-    logit margin of scale ``margin_scale``, not the paper's form). ``margin_warmup_epochs`` trains
-    the first epochs with temperatures 1 (the statistics are still accumulated).
+    ``loss_options`` are the loss's own options, passed through and validated by the loss: every
+    keyword option of :class:`~mr2.losses.mr2.MR2Loss` and of
+    :class:`~mr2.losses.released.ReleasedMR2Loss` except ``feature_dim`` and ``process_group`` (the
+    engine's). Options not given take the value of the chosen ``variant`` (see :data:`mr2.VARIANTS`;
+    the default ``"paper"`` is the paper's form; ``"additive_margin"`` uses the allocation as an
+    additive logit margin of scale ``margin_scale``, not the paper's form). When the variant or the
+    options use a knob of the released code (``estimator``, ``rep_reduction``,
+    ``distance_margin_norm``, a ``"<c>d"`` string ``distance_temperature``), the loss is a
+    :class:`~mr2.losses.released.ReleasedMR2Loss`. ``margin_warmup_epochs``, the method's own option,
+    trains the first epochs with logit temperatures 1 (the statistics are still accumulated).
     """
 
     def __init__(
@@ -28,49 +38,25 @@ class MR2Method(TrainingMethod):
         num_classes: int,
         *,
         variant: str = "paper",
-        c_bar: float | None = None,
-        lambda_rep: float | None = None,
-        momentum: float | None = None,
-        distance_temperature: float | str | None = None,
-        allocation: str | None = None,
-        norm_p: float | None = None,
-        center_features: bool | None = None,
-        estimator: str | None = None,
-        rep_reduction: str | None = None,
-        pairs: str | None = None,
-        warmup_samples_per_class: int | None = None,
-        logit_margin: str | None = None,
-        margin_scale: float | None = None,
-        distance_margin_norm: str | None = None,
         margin_warmup_epochs: int = 0,
+        **loss_options: Any,
     ) -> None:
         super().__init__()
-        given = {
-            "c_bar": c_bar,
-            "lambda_rep": lambda_rep,
-            "momentum": momentum,
-            "distance_temperature": distance_temperature,
-            "allocation": allocation,
-            "norm_p": norm_p,
-            "center_features": center_features,
-            "estimator": estimator,
-            "rep_reduction": rep_reduction,
-            "pairs": pairs,
-            "warmup_samples_per_class": warmup_samples_per_class,
-            "logit_margin": logit_margin,
-            "margin_scale": margin_scale,
-            "distance_margin_norm": distance_margin_norm,
-        }
-        overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         self.variant = variant
-        self.loss = MR2Loss.from_variant(variant, num_classes, **overrides)
+        loss_class = MR2Loss
+        if uses_released_knobs({**MR2Loss.variant_options(variant), **loss_options}):
+            loss_class = ReleasedMR2Loss
+        self.loss = loss_class.from_variant(variant, num_classes, **loss_options)
         self.margin_warmup_epochs = int(margin_warmup_epochs)
 
+    @classmethod
+    def passed_options(cls) -> dict[str, Any]:
+        """The loss options this method passes through, with the loss's defaults (for the registry)."""
+        options = keyword_options(ReleasedMR2Loss)
+        return {name: default for name, default in options.items() if name not in WIRED_BY_THE_ENGINE}
+
     def setup(self, context: MethodContext) -> None:
-        self.loss.process_group = context.process_group
-        self.loss.statistics.process_group = context.process_group
-        if self.loss.statistics.feature_dim is None:
-            self.loss.statistics._materialise(context.feature_dim)
+        self.loss.setup(context.feature_dim, context.process_group)
 
     def on_epoch_start(self, epoch: int) -> None:
         self.loss.gammas_enabled = epoch >= self.margin_warmup_epochs
@@ -87,12 +73,12 @@ class MR2Method(TrainingMethod):
         return {"loss_logit": parts.logit, "loss_rep": parts.representation}
 
     def class_statistics(self) -> dict[str, torch.Tensor]:
-        """Per-class ``mean_sq_norm``, ``spread``, ``second_moment`` and ``temperatures`` ([K] each)."""
+        """Per-class ``mean_sq_norm``, ``spread``, ``second_moment`` and ``temperatures`` (the logit
+        temperatures gamma_k; [K] each)."""
         stats = self.loss.statistics
         return {
             "mean_sq_norm": stats.mean_sq_norm(),
             "spread": stats.spread(),
             "second_moment": stats.second_moment(),
-            "temperatures": self.loss.temperatures(),
+            "temperatures": self.loss.logit_temperatures(),
         }
-
