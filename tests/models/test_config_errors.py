@@ -45,7 +45,7 @@ _SHAPES = {"small_cnn": (1, 28, 28), "mlp": (6,), "resnet32": (3, 32, 32), "wrn2
 
 
 def test_model_config_errors_are_user_errors() -> None:
-    assert ModelConfigError in user_errors() and WeightsFileError in user_errors()
+    assert issubclass(ModelConfigError, user_errors()) and issubclass(WeightsFileError, user_errors())
     assert issubclass(ModelConfigError, ValueError)
     assert issubclass(WeightsFileNotFoundError, FileNotFoundError)
     assert issubclass(WeightsFileNotFoundError, WeightsFileError)

@@ -7,6 +7,7 @@ Usage: python fuzz_loaders_worker.py DIR SEED HEADROOM_BYTES
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import random
@@ -219,6 +220,7 @@ def run_cli(kind: str, path: Path) -> tuple[int, str, str]:
 
 def main_worker(directory: Path, seed: int, headroom: int) -> dict[str, Any]:
     user_errors()  # the CLI's lazy imports, before the limit
+    importlib.import_module("mr2.engine.run")  # what `mr2 train` imports (torch)
     with open("/proc/self/status") as status:
         size = next(int(line.split()[1]) for line in status if line.startswith("VmSize"))
     limit = size * 1024 + headroom

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.errors import check_choice, either
 from mr2.functional.baselines import cdb_class_weights, cdb_dynamic_tau
 from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -15,8 +16,11 @@ from mr2.methods.registry import register_method
 
 __all__ = ["CDB"]
 
+#: When the class weights are computed: after every validation, or once from the first.
+Update = Literal["every_validation", "fixed"]
+
 BAD_TAU = "tau must be a number > 0 or 'dynamic'; got {value!r}."
-BAD_UPDATE = "update must be 'every_validation' or 'fixed'; got {value!r}."
+BAD_UPDATE = f"update must be {either(Update)}; got {{value!r}}."
 BAD_ACCURACY = "class_accuracy must have shape [num_classes]={expected}; got {shape}."
 
 
@@ -53,14 +57,13 @@ class CDB(TrainingMethod):
         num_classes: int,
         *,
         tau: float | Literal["dynamic"] = 1.5,
-        update: Literal["every_validation", "fixed"] = "every_validation",
+        update: Update = "every_validation",
     ) -> None:
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if tau != "dynamic" and (isinstance(tau, str) or float(tau) <= 0):
             raise MR2InputError(BAD_TAU.format(value=tau))
-        if update not in ("every_validation", "fixed"):
-            raise MR2InputError(BAD_UPDATE.format(value=update))
+        check_choice(update, Update, BAD_UPDATE, MR2InputError)
         self.tau: float | Literal["dynamic"] = tau if tau == "dynamic" else float(tau)
         self.update = update
         # Validation accuracy the weights were computed from (0 = difficulty 1 = weight 1).

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mr2 import distributed
 from mr2.checks import check_classification_inputs, check_num_classes, is_number
+from mr2.errors import check_choice, listed
 from mr2.functional.class_sums import class_sums
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import CenterUpdate, center_distances, center_update
@@ -19,7 +20,7 @@ __all__ = ["CenterLoss"]
 
 BAD_LAMBDA = "center_loss option lambda_center must be a number >= 0; got {value!r}."
 BAD_ALPHA = "center_loss option alpha must be a number in (0, 1]; got {value!r}."
-BAD_UPDATE = "center_loss option update must be one of ['paper', 'reference']; got {value!r}."
+BAD_UPDATE = f"center_loss option update must be one of {listed(CenterUpdate)}; got {{value!r}}."
 NOT_SET_UP = "CenterLoss.setup(context) must run before training: the centres are sized to the features."
 
 
@@ -76,8 +77,7 @@ class CenterLoss(TrainingMethod):
             raise MethodConfigError(BAD_LAMBDA.format(value=lambda_center))
         if not is_number(alpha) or not 0 < alpha <= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
-        if update not in ("paper", "reference"):
-            raise MethodConfigError(BAD_UPDATE.format(value=update))
+        check_choice(update, CenterUpdate, BAD_UPDATE, MethodConfigError)
         self.lambda_center = float(lambda_center)
         self.alpha = float(alpha)
         self.update: CenterUpdate = update

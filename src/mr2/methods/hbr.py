@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from mr2 import distributed
 from mr2.checks import check_classification_inputs, check_num_classes, is_number
+from mr2.errors import check_choice, listed
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -24,9 +25,9 @@ Undersampling = Literal["easy", "none"]
 Estimator = Literal["aum", "loss"]
 
 BAD_ALPHA = "hbr option alpha must be a number >= 1 (1: the class counts the hardness gives); got {value!r}."
-BAD_OVERSAMPLING = "hbr option oversampling must be one of ['random', 'none']; got {value!r}."
-BAD_UNDERSAMPLING = "hbr option undersampling must be one of ['easy', 'none']; got {value!r}."
-BAD_ESTIMATOR = "hbr option estimator must be one of ['aum', 'loss']; got {value!r}."
+BAD_OVERSAMPLING = f"hbr option oversampling must be one of {listed(Oversampling)}; got {{value!r}}."
+BAD_UNDERSAMPLING = f"hbr option undersampling must be one of {listed(Undersampling)}; got {{value!r}}."
+BAD_ESTIMATOR = f"hbr option estimator must be one of {listed(Estimator)}; got {{value!r}}."
 #: A class holding more than this share of the resampled set is reported (warning).
 DOMINANT_SHARE = 0.5
 DOMINANT_CLASS = (
@@ -95,12 +96,9 @@ class HBR(TwoStageReset, TrainingMethod):
         check_stage1_option("hbr", stage1_epochs, MethodConfigError)
         if not is_number(alpha) or not alpha >= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
-        if oversampling not in ("random", "none"):
-            raise MethodConfigError(BAD_OVERSAMPLING.format(value=oversampling))
-        if undersampling not in ("easy", "none"):
-            raise MethodConfigError(BAD_UNDERSAMPLING.format(value=undersampling))
-        if estimator not in ("aum", "loss"):
-            raise MethodConfigError(BAD_ESTIMATOR.format(value=estimator))
+        check_choice(oversampling, Oversampling, BAD_OVERSAMPLING, MethodConfigError)
+        check_choice(undersampling, Undersampling, BAD_UNDERSAMPLING, MethodConfigError)
+        check_choice(estimator, Estimator, BAD_ESTIMATOR, MethodConfigError)
         self.estimator: Estimator = estimator
         self.requested_stage1_epochs = stage1_epochs
         self.stage1_epochs = stage1_epochs or 1

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from mr2 import distributed
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes, is_int
-from mr2.errors import MR2Error
+from mr2.errors import MR2Error, check_choice, either
 from mr2.functional.baselines import jtt_upsampled_indices
 from mr2.functional.reduction import working_dtype
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -26,7 +26,7 @@ EMPTY_ERROR_SET = (
     "stage1_epochs: an earlier, less fitted model."
 )
 BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
-BAD_SOURCE = "error_source must be 'train_mode' (the reference) or 'eval_pass'; got {value!r}."
+BAD_SOURCE = f"error_source must be {either(ErrorSource, {'train_mode': 'the reference'})}; got {{value!r}}."
 NO_PREDICTOR = (
     "JTT with error_source='eval_pass' needs context.predict_train_set (the engine's eval pass over "
     "the training set); it is None."
@@ -90,8 +90,7 @@ class JTT(TwoStageReset, TrainingMethod):
         self.num_classes = check_num_classes(num_classes)
         if not is_int(lambda_up) or lambda_up < 0:
             raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
-        if error_source not in ("train_mode", "eval_pass"):
-            raise MR2InputError(BAD_SOURCE.format(value=error_source))
+        check_choice(error_source, ErrorSource, BAD_SOURCE, MR2InputError)
         self.requested_stage1_epochs = check_stage1_option("jtt", stage1_epochs, MR2InputError)
         self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
         self.lambda_up = lambda_up

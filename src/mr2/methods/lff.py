@@ -11,6 +11,7 @@ from torch import nn
 
 from mr2 import distributed
 from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.errors import check_choice, either
 from mr2.functional.baselines import (
     class_max,
     generalized_cross_entropy,
@@ -36,7 +37,7 @@ NO_BIASED_LOGITS = (
 )
 BAD_Q = "q must be in (0, 1]; got {value!r}."
 BAD_DECAY = "ema_decay must be in [0, 1); got {value!r}."
-BAD_GCE_FORM = "gce_form must be 'reference' (alinlab/LfF) or 'paper'; got {value!r}."
+BAD_GCE_FORM = f"gce_form must be {either(GCEForm, {'reference': 'alinlab/LfF'})}; got {{value!r}}."
 
 
 def _logits_of(output: Any) -> torch.Tensor:
@@ -108,8 +109,7 @@ class LfF(TrainingMethod):
             raise MR2InputError(BAD_Q.format(value=q))
         if not 0.0 <= float(ema_decay) < 1.0:
             raise MR2InputError(BAD_DECAY.format(value=ema_decay))
-        if gce_form not in ("reference", "paper"):
-            raise MR2InputError(BAD_GCE_FORM.format(value=gce_form))
+        check_choice(gce_form, GCEForm, BAD_GCE_FORM, MR2InputError)
         self.q = float(q)
         self.ema_decay = float(ema_decay)
         self.gce_form: GCEForm = gce_form

@@ -10,6 +10,7 @@ from torch import nn
 
 from mr2 import distributed
 from mr2.checks import check_classification_inputs, check_num_classes, is_int, is_number
+from mr2.errors import check_choice, listed
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import supervised_contrastive_loss
 from mr2.methods.base import MethodContext, TrainingMethod
@@ -22,8 +23,8 @@ Pairs = Literal["global", "local"]
 
 BAD_POSITIVE = "supcon option {name} must be a number > 0; got {value!r}."
 BAD_WEIGHT = "supcon option weight must be a number >= 0; got {value!r}."
-BAD_HEAD = "supcon option head must be one of ['mlp', 'linear']; got {value!r}."
-BAD_PAIRS = "supcon option pairs must be one of ['global', 'local']; got {value!r}."
+BAD_HEAD = f"supcon option head must be one of {listed(Head)}; got {{value!r}}."
+BAD_PAIRS = f"supcon option pairs must be one of {listed(Pairs)}; got {{value!r}}."
 BAD_DIM = "supcon option projection_dim must be an integer >= 1; got {value!r}."
 NOT_SET_UP = "SupCon.setup(context) must run before training: the projection head is sized to the features."
 
@@ -94,10 +95,8 @@ class SupCon(TrainingMethod):
         self.base_temperature = _positive("base_temperature", base_temperature)
         if not is_number(weight) or weight < 0:
             raise MethodConfigError(BAD_WEIGHT.format(value=weight))
-        if head not in ("mlp", "linear"):
-            raise MethodConfigError(BAD_HEAD.format(value=head))
-        if pairs not in ("global", "local"):
-            raise MethodConfigError(BAD_PAIRS.format(value=pairs))
+        check_choice(head, Head, BAD_HEAD, MethodConfigError)
+        check_choice(pairs, Pairs, BAD_PAIRS, MethodConfigError)
         if not is_int(projection_dim) or projection_dim < 1:
             raise MethodConfigError(BAD_DIM.format(value=projection_dim))
         self.weight = float(weight)

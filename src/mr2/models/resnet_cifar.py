@@ -8,13 +8,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mr2.errors import choices, either
 from mr2.models.classifier import BackboneClassifier
 
 __all__ = ["ResNetCifar", "WideResNet", "resnet32", "wrn28_10"]
 
+#: The residual shortcut where the shape changes: zero-padded identity (A) or 1x1 projection (B).
+Shortcut = Literal["A", "B"]
+_SHORTCUT_NOTES = {"A": "zero-padded identity", "B": "1x1 projection"}
+
 BAD_RESNET_DEPTH = "a CIFAR ResNet has depth 6n+2 (20, 32, 44, 56, 110, ...), got {depth}"
 BAD_WRN_DEPTH = "a wide ResNet has depth 6n+4 (16, 22, 28, 40, ...), got {depth}"
-BAD_SHORTCUT = "shortcut must be 'A' (zero-padded identity) or 'B' (1x1 projection), got {shortcut!r}"
+BAD_SHORTCUT = f"shortcut must be {either(Shortcut, _SHORTCUT_NOTES)}, got {{shortcut!r}}"
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -42,7 +47,7 @@ class ZeroPadShortcut(nn.Module):
 class BasicBlock(nn.Module):
     """``relu(bn(conv(relu(bn(conv(x))))) + shortcut(x))`` with 3x3 convolutions (post-activation)."""
 
-    def __init__(self, in_channels: int, out_channels: int, stride: int, shortcut: Literal["A", "B"]) -> None:
+    def __init__(self, in_channels: int, out_channels: int, stride: int, shortcut: Shortcut) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(out_channels)
@@ -93,12 +98,12 @@ class ResNetCifar(BackboneClassifier):
         num_classes: int,
         depth: int = 32,
         in_channels: int = 3,
-        shortcut: Literal["A", "B"] = "A",
+        shortcut: Shortcut = "A",
         base_width: int = 16,
     ) -> None:
         if depth < 8 or (depth - 2) % 6:
             raise ValueError(BAD_RESNET_DEPTH.format(depth=depth))
-        if shortcut not in ("A", "B"):
+        if shortcut not in choices(Shortcut):
             raise ValueError(BAD_SHORTCUT.format(shortcut=shortcut))
         blocks_per_stage = (depth - 2) // 6
         widths = (base_width, 2 * base_width, 4 * base_width)

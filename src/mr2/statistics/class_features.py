@@ -20,6 +20,7 @@ from mr2.checks import (
     check_target,
     wants_values,
 )
+from mr2.errors import check_choice, either
 from mr2.functional.class_sums import class_sums
 
 __all__ = ["ClassFeatureStatistics", "Estimator", "PendingUpdate"]
@@ -28,7 +29,8 @@ Estimator = Literal["pooled", "batch"]
 
 BAD_MOMENTUM = "momentum (the moving-average decay) must be in [0, 1); got {value!r}."
 BAD_NORM_P = "norm_p must be a number >= 1; got {value!r}."
-BAD_ESTIMATOR = "estimator must be 'pooled' (default) or 'batch' (released code); got {value!r}."
+_ESTIMATOR_NOTES = {"pooled": "default", "batch": "released code"}
+BAD_ESTIMATOR = f"estimator must be {either(Estimator, _ESTIMATOR_NOTES)}; got {{value!r}}."
 CENTER_NEEDS_POOLED = "center=True needs estimator='pooled' (the class means it centres on)."
 DEFER_NEEDS_POOLED_L2 = (
     "accumulating statistics over micro-batches needs estimator='pooled' and norm_p=2 (their updates "
@@ -162,8 +164,7 @@ class ClassFeatureStatistics(nn.Module):
             raise MR2InputError(BAD_MOMENTUM.format(value=momentum))
         if not (isinstance(norm_p, (int, float)) and norm_p >= 1.0):
             raise MR2InputError(BAD_NORM_P.format(value=norm_p))
-        if estimator not in ("pooled", "batch"):
-            raise MR2InputError(BAD_ESTIMATOR.format(value=estimator))
+        check_choice(estimator, Estimator, BAD_ESTIMATOR, MR2InputError)
         if center and estimator != "pooled":
             raise MR2InputError(CENTER_NEEDS_POOLED)
         self.momentum = float(momentum)
