@@ -106,3 +106,57 @@ def test_variance_allocation_waits_until_every_class_has_two_samples():
     gamma = loss_fn.logit_temperatures()
     assert not torch.allclose(gamma, torch.ones_like(gamma))
     assert gamma.mean().item() == pytest.approx(1.0, rel=1e-6)  # c_bar, no class clamped
+
+
+@pytest.mark.parametrize(
+    ("options", "released"),
+    [
+        ({}, False),
+        ({"variant": "distance_1d"}, False),
+        ({"variant": "released"}, True),
+        ({"estimator": "batch"}, True),
+        ({"rep_reduction": "released"}, True),
+        ({"variant": "lp5", "distance_margin_norm": "statistics"}, True),
+        ({"distance_temperature": "1d"}, True),
+    ],
+)
+def test_the_method_builds_released_mr2_loss_only_for_a_released_knob(options, released):
+    from mr2.methods.mr2 import MR2Method
+
+    loss = MR2Method(4, **options).loss
+    assert isinstance(loss, ReleasedMR2Loss) is released and isinstance(loss, MR2Loss)
+
+
+def test_released_knobs_are_not_options_of_the_main_loss():
+    with pytest.raises(MR2InputError, match=r"MR2Loss has no option\(s\) \['distance_margin_norm', 'estimator'"):
+        MR2Loss.from_variant("released", 4)
+    with pytest.raises(TypeError, match="estimator"):
+        MR2Loss(4, estimator="batch")  # type: ignore[call-arg]
+    # ReleasedMR2Loss with its defaults is the paper's loss: same values on the same batches.
+    logits, features, target = _batch()
+    paper, released = MR2Loss(4), ReleasedMR2Loss(4)
+    for step in range(2):
+        assert torch.equal(paper(logits, features + step, target), released(logits, features + step, target))
+
+
+def test_a_given_distance_temperature_replaces_the_variants_whole():
+    d = 6
+    assert MR2Loss.from_variant("distance_1d", 4).distance_temperature_value(d) == 6.0
+    assert MR2Loss.from_variant("distance_1d", 4, distance_temperature=3.0).distance_temperature_value(d) == 3.0
+    released = ReleasedMR2Loss.from_variant("paper", 4, distance_temperature="10d")
+    assert released.distance_temperature_value(d) == 60.0 and released.distance_temperature == "10d"
+
+
+def test_forward_records_its_profiler_labels_under_a_profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    from mr2.losses import PROFILER_LABELS
+
+    logits, features, target = _batch()
+    for lambda_rep, labels in ((0.1, PROFILER_LABELS), (0.0, PROFILER_LABELS[:3])):
+        loss_fn = MR2Loss(4, lambda_rep=lambda_rep)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(2):
+                loss_fn(logits, features, target)
+        counts = {e.key: e.count for e in prof.key_averages() if e.key.startswith("mr2.")}
+        assert counts == dict.fromkeys(labels, 2)

@@ -49,3 +49,52 @@ def test_register_rejects_non_methods_and_name_clashes():
 
     with pytest.raises(MethodConfigError, match="already registered"):
         register_method("erm")(Other)
+
+
+def test_mr2s_options_are_its_losss_options_plus_its_own():
+    import inspect
+
+    from mr2.losses import MR2Loss, ReleasedMR2Loss
+
+    loss_options = {
+        name: p.default
+        for cls in (MR2Loss, ReleasedMR2Loss)
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    del loss_options["feature_dim"], loss_options["process_group"]  # wired by the engine at setup
+    assert method_options("mr2") == {"variant": "paper", "margin_warmup_epochs": 0, **loss_options}
+    assert {"estimator", "rep_reduction", "distance_margin_norm", "min_logit_temperature"} <= set(loss_options)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"c_bar": -1}, "c_bar must be a positive number; got -1."),
+        ({"rep_reduction": "sum"}, "rep_reduction must be 'mean' (paper) or 'released'; got 'sum'."),
+        ({"distance_temperature": "tend"}, "distance_temperature must be a positive number (1 = the paper) or"),
+        ({"estimator": "median"}, "estimator must be 'pooled' (default) or 'batch' (released code); got 'median'."),
+    ],
+)
+def test_a_bad_mr2_option_is_the_losss_one_line_error_naming_it(options, message):
+    from mr2.checks import MR2InputError
+
+    with pytest.raises(MR2InputError) as caught:
+        build_method("mr2", num_classes=3, **options)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_mr2_setup_wires_the_loss_through_its_public_setup():
+    import torch
+
+    from mr2.methods.base import MethodContext
+
+    method = build_method("mr2", num_classes=3)
+    context = MethodContext(
+        num_classes=3, num_train_samples=6, class_counts=torch.tensor([2, 2, 2]), feature_dim=5,
+        device=torch.device("cpu"), epochs=1, process_group="group",
+    )
+    method.setup(context)
+    loss = method.loss
+    assert loss.statistics.feature_dim == 5 and loss.statistics.means().shape == (3, 5)
+    assert loss.process_group == "group" and loss.statistics.process_group == "group"
