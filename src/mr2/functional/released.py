@@ -2,8 +2,9 @@
 
 NOT the paper's formulas: the released code (BeierZhu/MR2) averages the representation term within
 each class, sums over the classes present and divides by K, divides squared distances by ``10 d``
-inside the exponential and multiplies the result by ``d / 10``. :class:`mr2.MR2Loss` reproduces it with
-``MR2Loss.from_variant("released", ...)``; the paper's form is the default.
+inside the exponential and multiplies the result by ``d / 10``.
+:class:`mr2.losses.released.ReleasedMR2Loss` reproduces it with
+``ReleasedMR2Loss.from_variant("released", ...)``; :class:`mr2.MR2Loss` is the paper's form.
 """
 
 from __future__ import annotations

@@ -61,8 +61,8 @@ PROFILER_LABELS = (
 
 
 def _label(name: str) -> contextlib.AbstractContextManager[Any]:
-    """``record_function(name)`` while a profiler runs, else nothing: an unconditional label cost
-    more than 2% of the loss's step at small sizes (docs/benchmarks/log.md)."""
+    """``record_function(name)`` while a profiler runs, else nothing (an unconditional label has a
+    measurable cost per call at small sizes)."""
     if profiler._is_profiler_enabled:
         return profiler.record_function(name)
     return contextlib.nullcontext()
