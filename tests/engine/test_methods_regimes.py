@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -14,19 +15,22 @@ from mr2.engine.checkpoint import load_checkpoint
 from mr2.methods.registry import available_methods
 from mr2.models.registry import build_model
 
-OPTIONS = {"jtt": {"stage1_epochs": 1, "lambda_up": 3}, "cdb": {"tau": 1.5}}
+OPTIONS = {"jtt": {"stage1_epochs": 1, "lambda_up": 3}, "cdb": {"tau": 1.5}, "hbr": {"estimator": "loss"}}
+CHANCE = 0.25  # 4 balanced classes (spread_npz); an untrained network scores 0.03 here
 
 
 @pytest.mark.parametrize("method", available_methods())
-def test_every_method_trains_through_the_engine(spread_npz, tmp_path, method):
+def test_every_method_learns_through_the_engine(spread_npz, tmp_path, method):
+    # Separable Gaussian classes: two epochs take every method well above chance (lowest: cdb, 0.73).
+    # HBR's loss estimator: with AUM and one stage-1 epoch its stage 2 learns one class (its warning).
     config = config_from_dict(
         base_config(spread_npz, tmp_path, name=method, optim={"epochs": 2},
                     method={"name": method, "options": OPTIONS.get(method, {})})
     )
     final = train(config, quiet=True)
-    assert final["num_samples"] == 59 and 0.0 <= final["overall_accuracy"] <= 1.0
-    lines = (tmp_path / method / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and all(json.loads(line)["train_loss"] == json.loads(line)["train_loss"] for line in lines)
+    assert final["num_samples"] == 59 and final["overall_accuracy"] > 2 * CHANCE
+    losses = [json.loads(line)["train_loss"] for line in (tmp_path / method / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and all(math.isfinite(loss) and loss > 0 for loss in losses)
 
 
 def test_jtt_resets_the_model_and_resumes_identically_after_the_reset(spread_npz, tmp_path):
