@@ -13,7 +13,7 @@ import pytest
 
 from mr2.cli import report as report_cli
 from mr2.cli.main import main as cli_main
-from mr2.report import run_dir as run_dir_module
+from mr2.rundir import RUN_DIR_NOT_FOUND
 
 
 def main(argv: list[str]) -> int:
@@ -83,7 +83,7 @@ def test_single_run(tmp_path: Path, make_run: Callable[..., Path], capsys: pytes
 def test_missing_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    expected = run_dir_module.RUN_DIR_NOT_FOUND.format(path=tmp_path / "missing")
+    expected = RUN_DIR_NOT_FOUND.format(path=tmp_path / "missing")
     assert err.strip() == f"mr2 report: error: {expected}"
     assert not (tmp_path / "out").exists()
 

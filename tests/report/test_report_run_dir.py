@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mr2 import rundir
 from mr2.report import run_dir as run_dir_module
 from mr2.report.exceptions import RunDirectoryError
 from mr2.report.run_dir import load_run, load_runs
+from mr2.rundir import record
 
 CONFUSION = np.array([[8, 2, 0], [1, 9, 0], [0, 3, 7]])
 
@@ -43,14 +45,14 @@ def expect(error: pytest.ExceptionInfo[RunDirectoryError], template: str, **fiel
 def test_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(RunDirectoryError) as info:
         load_run(tmp_path / "nope")
-    expect(info, run_dir_module.RUN_DIR_NOT_FOUND, path=tmp_path / "nope")
+    expect(info, rundir.RUN_DIR_NOT_FOUND, path=tmp_path / "nope")
 
 
 def test_file_instead_of_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(RunDirectoryError) as info:
         load_run(tmp_path / "file")
-    expect(info, run_dir_module.RUN_DIR_NOT_A_DIRECTORY, path=tmp_path / "file")
+    expect(info, rundir.RUN_DIR_IS_A_FILE, path=tmp_path / "file")
 
 
 def test_unfinished_run(tmp_path: Path) -> None:
@@ -59,11 +61,11 @@ def test_unfinished_run(tmp_path: Path) -> None:
     (path / "config.yaml").write_text("method: erm\n")
     with pytest.raises(RunDirectoryError) as info:
         load_run(path)
-    expect(info, run_dir_module.RUN_UNFINISHED, path=path)
+    expect(info, rundir.RUN_UNFINISHED, path=path)
     (path / "config.yaml").unlink()
     with pytest.raises(RunDirectoryError) as info:
         load_run(path)
-    expect(info, run_dir_module.CONFIG_MISSING, path=path)
+    expect(info, rundir.CONFIG_MISSING, path=path)
 
 
 def test_half_written_final(tmp_path: Path, make_run: Callable[..., Path]) -> None:
@@ -77,12 +79,16 @@ def test_half_written_final(tmp_path: Path, make_run: Callable[..., Path]) -> No
 @pytest.mark.parametrize(
     ("edit", "template", "fields"),
     [
-        (lambda f: f.update(format_version=7), "FORMAT_UNSUPPORTED", {"version": 7, "supported": [1]}),
-        (lambda f: f.pop("confusion_matrix"), "FIELD_MISSING", {"field": "confusion_matrix"}),
-        (lambda f: f.update(num_samples=99), "SAMPLE_COUNT_MISMATCH", {"num_samples": 99, "counted": 30}),
+        (lambda f: f.update(format_version=7), record.FORMAT_UNSUPPORTED, {"version": 7, "supported": [1]}),
+        (lambda f: f.pop("confusion_matrix"), record.FIELD_MISSING, {"field": "confusion_matrix"}),
+        (
+            lambda f: f.update(num_samples=99),
+            run_dir_module.SAMPLE_COUNT_MISMATCH,
+            {"num_samples": 99, "counted": 30},
+        ),
         (
             lambda f: f["dataset"].update(num_classes=4),
-            "CONFUSION_SHAPE",
+            record.CONFUSION_SHAPE,
             {"shape": (3, 3), "num_classes": 4},
         ),
     ],
@@ -100,7 +106,7 @@ def test_inconsistent_final(
     (path / "final.json").write_text(json.dumps(final))
     with pytest.raises(RunDirectoryError) as info:
         load_run(path)
-    expect(info, getattr(run_dir_module, template), path=path, **fields)
+    expect(info, template, path=path, **fields)
 
 
 def test_corrupt_metrics_line(tmp_path: Path, make_run: Callable[..., Path]) -> None:

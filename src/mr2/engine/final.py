@@ -1,5 +1,5 @@
-"""The final evaluation of a run: the content of ``final.json`` (and of ``eval_<split>.json``), and
-the per-sample predictions of ``predictions/{test,val}.npz``.
+"""The final evaluation of a run: its record (``final.json``, ``eval_<split>.json``: a
+:class:`mr2.rundir.FinalRecord`), and the per-sample predictions of ``predictions/{test,val}.npz``.
 
 Its format is documented in ``docs/run-directory.md``. Non-finite numbers (a class without samples)
 are written as ``NaN``, as Python's ``json`` module does; ``mr2.report`` reads them back as NaN.
@@ -13,33 +13,26 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mr2.engine.loop import EvalResult
 from mr2.engine.trainer import Trainer
 from mr2.io import atomic_write_bytes
+from mr2.rundir import DatasetInfo, FinalRecord, SplitFigures
 
-__all__ = ["FORMAT_VERSION", "NO_VALIDATION", "PREDICTIONS_DIR", "final_evaluation", "final_outputs",
-           "write_predictions"]
+__all__ = ["NO_VALIDATION", "PREDICTIONS_DIR", "Predictions", "final_record", "write_predictions"]
 
 #: The run directory's folder of per-sample predictions.
 PREDICTIONS_DIR = "predictions"
 
-FORMAT_VERSION = 1
 NO_VALIDATION = (
     "the run {name!r} has no validation split (data.val_fraction is 0), so there is nothing to "
     "evaluate on 'val'; use --split test, or train with data.val_fraction > 0"
 )
 
-
-def final_evaluation(trainer: Trainer, split: str = "test") -> dict[str, Any]:
-    """Evaluate the trainer's current model on ``split`` ("test" or "val"); every rank takes part.
-
-    For ``split="test"`` the validation figures are included (``validation``), for model selection.
-    """
-    return final_outputs(trainer, split)[0]
+#: ``{split: (y_true, y_pred)}``: class ids in the split's sample order.
+Predictions = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def _ids(result: EvalResult, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -48,50 +41,53 @@ def _ids(result: EvalResult, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     return targets.numpy().astype(dtype), predictions.numpy().astype(dtype)
 
 
-def final_outputs(trainer: Trainer, split: str = "test"
-                  ) -> tuple[dict[str, Any], dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """:func:`final_evaluation`'s content and the per-sample predictions it was computed from:
-    ``{split: (y_true, y_pred)}`` (and ``"val"`` with ``split="test"`` when the run has validation)."""
+def final_record(trainer: Trainer, split: str = "test") -> tuple[FinalRecord, Predictions]:
+    """Evaluate the trainer's current model on ``split`` ("test" or "val"); every rank takes part.
+
+    Returns the record and the per-sample predictions it was computed from: ``{split: (y_true,
+    y_pred)}``. For ``split="test"`` on a run with a validation split, the record holds the
+    validation figures too (``validation``, for model selection) and the predictions ``"val"``.
+    """
     config, data = trainer.config, trainer.data
     dataset = data.test if split == "test" else data.val
     assert dataset is not None
     result = trainer.evaluate(dataset)
     predictions = {split: _ids(result, data.num_classes)}
-    final: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "run_name": config.name,
-        "method": config.method.name,
-        "seed": config.seed,
-        "dataset": {
-            "name": data.dataset_name,
-            "num_classes": data.num_classes,
-            "class_names": data.class_names,
-        },
-        "split": split,
-        "num_samples": result.num_samples,
-        "confusion_matrix": result.confusion.tolist(),
-        "overall_accuracy": result.overall_accuracy,
-        "per_class_accuracy": result.per_class_accuracy().tolist(),
-        "class_statistics": None,
-        "logit_margins": result.margin_summary(data.num_classes),
-    }
     class_stats = trainer.method.class_statistics()
-    if class_stats is not None:
-        final["class_statistics"] = {k: v.tolist() for k, v in class_stats.items()}
+    margins = result.margin_summary(data.num_classes)
+    validation = None
     if split == "test" and trainer.has_validation:
         assert data.val is not None
         val = trainer.evaluate(data.val)
-        final["validation"] = {
-            "overall_accuracy": val.overall_accuracy,
-            "per_class_accuracy": val.per_class_accuracy().tolist(),
-            "confusion_matrix": val.confusion.tolist(),
-        }
+        validation = SplitFigures(
+            overall_accuracy=val.overall_accuracy,
+            per_class_accuracy=tuple(val.per_class_accuracy().tolist()),
+            confusion_matrix=tuple(tuple(row) for row in val.confusion.tolist()),
+        )
         predictions["val"] = _ids(val, data.num_classes)
-    return final, predictions
+    record = FinalRecord(
+        run_name=config.name,
+        method=config.method.name,
+        seed=config.seed,
+        dataset=DatasetInfo(
+            name=data.dataset_name,
+            num_classes=data.num_classes,
+            class_names=tuple(data.class_names),
+        ),
+        split=split,
+        num_samples=result.num_samples,
+        confusion_matrix=tuple(tuple(row) for row in result.confusion.tolist()),
+        overall_accuracy=result.overall_accuracy,
+        per_class_accuracy=tuple(result.per_class_accuracy().tolist()),
+        class_statistics=None if class_stats is None
+        else {name: tuple(values.tolist()) for name, values in class_stats.items()},
+        logit_margins={name: tuple(values) for name, values in margins.items()},
+        validation=validation,
+    )
+    return record, predictions
 
 
-def write_predictions(run_dir: str | os.PathLike[str], predictions: dict[str, tuple[np.ndarray, np.ndarray]]
-                      ) -> list[Path]:
+def write_predictions(run_dir: str | os.PathLike[str], predictions: Predictions) -> list[Path]:
     """Write ``<run_dir>/predictions/<split>.npz`` (``y_true``, ``y_pred``) atomically, one per split."""
     written = []
     for split, (y_true, y_pred) in predictions.items():

@@ -11,6 +11,7 @@ A write that fails later (disk full, permissions) is a :class:`RunError` saying 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import shutil
@@ -22,12 +23,12 @@ import yaml
 from mr2.config import RunConfig, config_from_dict, config_to_dict
 from mr2.engine.builders import RunData, build_data
 from mr2.engine.checkpoint import CheckpointError, load_checkpoint
-from mr2.engine.final import NO_VALIDATION, final_evaluation, final_outputs, write_predictions
+from mr2.engine.final import NO_VALIDATION, final_record, write_predictions
 from mr2.engine.fit import fit_epochs
 from mr2.engine.logger import TrainingLog
 from mr2.engine.runtime import RunError, Runtime, seed_everything
 from mr2.engine.trainer import Trainer
-from mr2.io import WriteError, atomic_write_json
+from mr2.io import WriteError
 from mr2.rundir import RunDirectory, RunDirectoryError, RunLock, RunLockedError
 
 __all__ = ["DISK_FULL", "WRITE_FAILED", "RunError", "TrainingSession", "evaluate_run", "train"]
@@ -199,10 +200,11 @@ class TrainingSession:
                 return None
             if config.select == "best_val" and self.run.best_checkpoint.exists():
                 self.trainer.model.load_state_dict(load_checkpoint(self.run.best_checkpoint)["model"])
-            final, predictions = final_outputs(self.trainer, "test")
+            record, predictions = final_record(self.trainer, "test")
+            final = record.to_dict()
             if self.runtime.is_main:
                 write_predictions(self.run.path, predictions)  # before final.json, which marks the end
-                atomic_write_json(self.run.final, final)
+                self.run.write_final(record)
                 log.final(final["per_class_accuracy"], self.data.class_names)
                 self._log(
                     f"[{config.name}] test accuracy {final['overall_accuracy']:.4f} -> {self.run.final}"
@@ -254,15 +256,15 @@ def evaluate_run(
         trainer.load_model_weights(load_checkpoint(run.last_checkpoint))
         if use_best:
             trainer.model.load_state_dict(load_checkpoint(run.best_checkpoint)["model"])
-        result = final_evaluation(trainer, split)
-        result["checkpoint"] = "best.pt" if use_best else "last.pt"
+        record, _ = final_record(trainer, split)
+        record = dataclasses.replace(record, checkpoint="best.pt" if use_best else "last.pt")
         if runtime.is_main:
             try:
-                atomic_write_json(run.eval_file(split), result)
+                run.write_eval(record)
             except WriteError as error:
                 raise _write_failure(error, run) from error
         runtime.barrier()
-        return result
+        return record.to_dict()
     finally:
         run.unlock()
 

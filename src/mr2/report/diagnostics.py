@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +36,14 @@ __all__ = [
     "ClassDiagnostics",
     "RankCorrelation",
     "TrainingEvolution",
+    "ordered_statistics",
     "spearman",
     "training_evolution",
 ]
 
-#: Per-class statistics a run may carry, in report order: (key, label).
+#: Per-class statistics of MR2 and the logit margins, in report order: (key, label). Any other
+#: method's statistics (HBR's ``class_hardness``, center loss's ``center_sq_norm``, ...) follow them
+#: under their own names.
 CLASS_STATISTICS: tuple[tuple[str, str], ...] = (
     ("temperatures", "gamma_k"),
     ("spread", "s_k"),
@@ -49,6 +52,14 @@ CLASS_STATISTICS: tuple[tuple[str, str], ...] = (
     ("margin_mean", "mean logit margin"),
     ("margin_median", "median logit margin"),
 )
+
+def ordered_statistics(keys: Iterable[str]) -> list[str]:
+    """``keys`` (without repeats) in report order: those of :data:`CLASS_STATISTICS` first, in its
+    order, then the others in the order given."""
+    present = list(dict.fromkeys(keys))
+    known = [key for key, _ in CLASS_STATISTICS]
+    return [key for key in known if key in present] + [key for key in present if key not in known]
+
 
 #: Per-class series a metrics.jsonl record may hold.
 _EVOLVING = ("temperatures", "spread", "mean_sq_norm")
@@ -107,8 +118,9 @@ class ClassDiagnostics:
         return 1.0 - self.accuracy
 
     def available(self) -> list[str]:
-        """Keys of the statistics this run has, in :data:`CLASS_STATISTICS` order."""
-        return [key for key, _ in CLASS_STATISTICS if key in self.statistics]
+        """Keys of the statistics this run has: in :data:`CLASS_STATISTICS` order, then the method's
+        other statistics in the run's order."""
+        return ordered_statistics(self.statistics)
 
     def correlations(self) -> dict[str, RankCorrelation]:
         """Spearman correlation of each available statistic with the class error."""

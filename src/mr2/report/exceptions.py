@@ -2,19 +2,17 @@
 
 Every message a user can see is a module-level constant next to the code that raises it, so tests
 assert on the exact text and a message is changed in one place.
+
+:class:`ReportError` and :class:`RunDirectoryError` are defined in :mod:`mr2.rundir.errors` (the
+run directory's one error is a report error too, and the report imports the run directory, not the
+other way round); this is their public home.
 """
 
 from __future__ import annotations
 
+from mr2.rundir.errors import ReportError, RunDirectoryError
+
 __all__ = ["MissingClassWarning", "PredictionsError", "ReportError", "RunDirectoryError"]
-
-
-class ReportError(ValueError):
-    """Bad input to a disparity computation (wrong shape, out-of-range class id, ...)."""
-
-
-class RunDirectoryError(ReportError):
-    """A run directory is missing, unfinished, corrupt or inconsistent with the other runs."""
 
 
 class MissingClassWarning(UserWarning):

@@ -3,18 +3,20 @@
 A run directory holds at least ``config.yaml`` (the resolved configuration) and ``final.json`` (the
 final evaluation, whose presence means the run finished); ``metrics.jsonl`` (one JSON object per
 epoch) is optional. :func:`load_run` reads one, :func:`load_runs` reads several and checks that they
-can be compared (same data set, class count, class names, split and test set). A run directory left
-by a killed ``--overwrite`` is put back first (:meth:`mr2.rundir.RunDirectory.recover_overwrite`).
+can be compared (same data set, class count, class names, split and test set). The files are found,
+and ``final.json`` is read, through :class:`mr2.rundir.RunDirectory` (its record:
+:class:`mr2.rundir.FinalRecord`); a run directory left by a killed ``--overwrite`` is put back first
+(:meth:`mr2.rundir.RunDirectory.recover_overwrite`).
 
-Every problem raises :class:`RunDirectoryError` with one of the message constants below, naming the
-directory and saying how to fix it.
+Every problem raises :class:`RunDirectoryError` with a message constant (here, or in
+:mod:`mr2.rundir` for the directory and the record's schema), naming the directory and saying how to
+fix it.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,46 +25,15 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 
-from mr2.checks import is_int
 from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError, RunDirectoryError
 from mr2.report.validation import validate_confusion
-from mr2.rundir import RunDirectory as _RunFiles
-from mr2.rundir import RunDirectoryError as _RunFilesError
+from mr2.rundir import FILE_UNREADABLE, RunDirectory
+from mr2.rundir.record import FIELD_INVALID, Matrix, PerClass
 
-__all__ = ["SUPPORTED_FORMAT_VERSIONS", "RunRecord", "check_comparable", "load_run", "load_runs"]
+__all__ = ["RunRecord", "check_comparable", "load_run", "load_runs"]
 
-SUPPORTED_FORMAT_VERSIONS = (1,)
-
-RUN_DIR_NOT_FOUND = "run directory {path} does not exist; pass a directory written by `mr2 train`"
-RUN_DIR_NOT_A_DIRECTORY = "{path} is a file, not a run directory; pass the directory that holds final.json"
-CONFIG_MISSING = (
-    "{path} has no config.yaml, so it is not a run directory written by `mr2 train` (or it was "
-    "copied incompletely); copy the whole run directory"
-)
-RUN_UNFINISHED = (
-    "{path} has no final.json: the run is unfinished, still running or crashed; wait for it to end "
-    "or resume it from checkpoints/last.pt, then report again"
-)
-FILE_UNREADABLE = (
-    "{file} in {path} cannot be parsed ({error}); the file is corrupt or half-written: re-run the "
-    "final evaluation of this run (or remove it from the report)"
-)
 CONFIG_NOT_MAPPING = "config.yaml in {path} must hold a mapping of settings, got {kind}"
-FINAL_NOT_MAPPING = "final.json in {path} must hold a JSON object, got {kind}"
-FORMAT_UNSUPPORTED = (
-    "final.json in {path} has format_version {version!r}; this mr2 reads versions {supported}: "
-    "upgrade mr2 or re-evaluate the run with this version"
-)
-FIELD_MISSING = (
-    "final.json in {path} lacks the field {field!r}; it was not written by a finished `mr2 train` "
-    "(see docs/run-directory.md)"
-)
-FIELD_INVALID = "final.json in {path}: field {field!r} is invalid: {problem}"
-CONFUSION_SHAPE = (
-    "final.json in {path}: confusion_matrix has shape {shape} but dataset.num_classes is "
-    "{num_classes}; the file is inconsistent, re-run the final evaluation"
-)
 SAMPLE_COUNT_MISMATCH = (
     "final.json in {path}: num_samples is {num_samples} but the confusion matrix counts {counted}; "
     "the file is inconsistent, re-run the final evaluation"
@@ -103,11 +74,6 @@ DUPLICATE_NAME = (
 )
 
 
-def _to_float_array(values: Any) -> NDArray[np.float64]:
-    """A list with nulls (JSON) as a float64 array with NaN."""
-    return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-
-
 @dataclass
 class RunRecord:
     """One evaluated run: what the report needs from its directory.
@@ -122,8 +88,9 @@ class RunRecord:
         class_names: K names, or None.
         validation_confusion: confusion matrix on the validation split, or None.
         validation_per_class_accuracy: per-class validation accuracy [K], or None.
-        class_statistics: ``{"mean_sq_norm", "spread", "second_moment", "temperatures"}`` -> [K]
-            arrays (MR2), or None.
+        class_statistics: the method's per-class statistics by name -> [K] arrays (MR2:
+            ``mean_sq_norm``, ``spread``, ``second_moment``, ``temperatures``; HBR: ``class_hardness``,
+            ``resampled_count``; center loss: ``center_sq_norm``), or None.
         logit_margins: ``{"mean", "median"}`` -> [K] arrays, or None.
         metrics: the per-epoch records of metrics.jsonl (possibly empty).
         config: the resolved configuration (config.yaml).
@@ -170,78 +137,38 @@ class RunRecord:
         return self.validation_per_class_accuracy
 
 
-def _read_json(path: Path, file: Path) -> Any:
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RunDirectoryError(
-            FILE_UNREADABLE.format(file=file.name, path=path, error=error)
-        ) from error
-
-
-def _per_class_lists(
-    path: Path, container: Any, field_name: str, keys: Iterable[str], num_classes: int
-) -> dict[str, NDArray[np.float64]] | None:
-    if container is None:
+def _arrays(values: Mapping[str, PerClass] | None) -> dict[str, NDArray[np.float64]] | None:
+    if values is None:
         return None
-    if not isinstance(container, dict):
-        raise RunDirectoryError(
-            FIELD_INVALID.format(path=path, field=field_name, problem="expected an object or null")
-        )
-    out: dict[str, NDArray[np.float64]] = {}
-    for key in keys:
-        values = container.get(key)
-        if values is None or (isinstance(values, list) and not values):
-            continue
-        try:
-            array = _to_float_array(values)
-        except (TypeError, ValueError) as error:
-            raise RunDirectoryError(
-                FIELD_INVALID.format(path=path, field=f"{field_name}.{key}", problem=str(error))
-            ) from error
-        if array.shape != (num_classes,):
-            raise RunDirectoryError(
-                FIELD_INVALID.format(
-                    path=path,
-                    field=f"{field_name}.{key}",
-                    problem=f"expected {num_classes} values, got shape {array.shape}",
-                )
-            )
-        out[key] = array
-    return out or None
+    return {key: np.asarray(series, dtype=np.float64) for key, series in values.items()}
 
 
-def _confusion(path: Path, value: Any, field_name: str, num_classes: int) -> NDArray[np.int64]:
+def _confusion(path: Path, value: Matrix, field_name: str) -> NDArray[np.int64]:
+    """The counts of a confusion matrix of the record (its shape is checked by the record)."""
     try:
-        matrix = validate_confusion(value)
+        return validate_confusion(value)
     except (ReportError, ValueError, TypeError) as error:
         raise RunDirectoryError(
             FIELD_INVALID.format(path=path, field=field_name, problem=str(error))
         ) from error
-    if matrix.shape != (num_classes, num_classes):
-        raise RunDirectoryError(
-            CONFUSION_SHAPE.format(path=path, shape=matrix.shape, num_classes=num_classes)
-        )
-    return matrix
 
 
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    file = path / "metrics.jsonl"
-    if not file.is_file():
+def _read_metrics(files: RunDirectory) -> list[dict[str, Any]]:
+    if not files.metrics.is_file():
         return []
     records: list[dict[str, Any]] = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(files.metrics.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise RunDirectoryError(
-                METRICS_LINE_INVALID.format(path=path, line=number, error=error)
+                METRICS_LINE_INVALID.format(path=files.path, line=number, error=error)
             ) from error
         if not isinstance(record, dict):
             raise RunDirectoryError(
-                METRICS_LINE_INVALID.format(path=path, line=number, error=type(record).__name__)
+                METRICS_LINE_INVALID.format(path=files.path, line=number, error=type(record).__name__)
             )
         records.append(record)
     return records
@@ -260,109 +187,47 @@ def load_run(path: str | Path) -> RunRecord:
         RunDirectoryError: the directory is missing, unfinished, corrupt or inconsistent.
     """
     path = Path(path)
-    if not path.exists():
-        raise RunDirectoryError(RUN_DIR_NOT_FOUND.format(path=path))
-    if not path.is_dir():
-        raise RunDirectoryError(RUN_DIR_NOT_A_DIRECTORY.format(path=path))
+    files = RunDirectory(path)
+    files.require_finished()
     try:
-        _RunFiles(path).recover_overwrite()  # a killed --overwrite: the previous run back in place
-    except _RunFilesError as error:
-        raise RunDirectoryError(str(error)) from error
-    if not (path / "config.yaml").is_file():
-        raise RunDirectoryError(CONFIG_MISSING.format(path=path))
-    if not (path / "final.json").is_file():
-        raise RunDirectoryError(RUN_UNFINISHED.format(path=path))
-    try:
-        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+        config = yaml.safe_load(files.config_file.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise RunDirectoryError(
-            FILE_UNREADABLE.format(file="config.yaml", path=path, error=error)
+            FILE_UNREADABLE.format(file=files.config_file.name, path=path, error=error)
         ) from error
     if not isinstance(config, dict):
         raise RunDirectoryError(CONFIG_NOT_MAPPING.format(path=path, kind=type(config).__name__))
-    final = _read_json(path, path / "final.json")
-    if not isinstance(final, dict):
-        raise RunDirectoryError(FINAL_NOT_MAPPING.format(path=path, kind=type(final).__name__))
-    version = final.get("format_version")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise RunDirectoryError(
-            FORMAT_UNSUPPORTED.format(
-                path=path, version=version, supported=list(SUPPORTED_FORMAT_VERSIONS)
-            )
-        )
-    for required in ("method", "dataset", "confusion_matrix"):
-        if final.get(required) is None:
-            raise RunDirectoryError(FIELD_MISSING.format(path=path, field=required))
-    dataset = final["dataset"]
-    if not isinstance(dataset, dict) or "num_classes" not in dataset:
-        raise RunDirectoryError(FIELD_MISSING.format(path=path, field="dataset.num_classes"))
-    num_classes = dataset["num_classes"]
-    if not is_int(num_classes) or num_classes < 1:
-        raise RunDirectoryError(
-            FIELD_INVALID.format(
-                path=path, field="dataset.num_classes", problem=f"not a positive integer: {num_classes!r}"
-            )
-        )
-    confusion = _confusion(path, final["confusion_matrix"], "confusion_matrix", num_classes)
-    num_samples = final.get("num_samples")
-    if num_samples is not None and num_samples != int(confusion.sum()):
+    record = files.read_final()
+    confusion = _confusion(path, record.confusion_matrix, "confusion_matrix")
+    if record.num_samples is not None and record.num_samples != int(confusion.sum()):
         raise RunDirectoryError(
             SAMPLE_COUNT_MISMATCH.format(
-                path=path, num_samples=num_samples, counted=int(confusion.sum())
+                path=path, num_samples=record.num_samples, counted=int(confusion.sum())
             )
         )
-    class_names = dataset.get("class_names")
-    if class_names is not None and (
-        not isinstance(class_names, list) or len(class_names) != num_classes
-    ):
-        raise RunDirectoryError(
-            FIELD_INVALID.format(
-                path=path,
-                field="dataset.class_names",
-                problem=f"expected a list of {num_classes} names",
-            )
-        )
-    seed = final.get("seed")
-    if seed is not None and (not is_int(seed)):
-        raise RunDirectoryError(
-            FIELD_INVALID.format(path=path, field="seed", problem=f"not an integer: {seed!r}")
-        )
-
     validation_confusion = None
     validation_accuracy = None
-    validation = final.get("validation")
-    if isinstance(validation, dict):
-        if validation.get("confusion_matrix"):
+    if record.validation is not None:
+        if record.validation.confusion_matrix is not None:
             validation_confusion = _confusion(
-                path, validation["confusion_matrix"], "validation.confusion_matrix", num_classes
+                path, record.validation.confusion_matrix, "validation.confusion_matrix"
             )
-        lists = _per_class_lists(
-            path, validation, "validation", ("per_class_accuracy",), num_classes
-        )
-        if lists is not None:
-            validation_accuracy = lists["per_class_accuracy"]
-
+        if record.validation.per_class_accuracy is not None:
+            validation_accuracy = np.asarray(record.validation.per_class_accuracy, dtype=np.float64)
+    class_names = record.dataset.class_names
     return RunRecord(
-        name=str(final.get("run_name") or path.resolve().name),
-        method=str(final["method"]),
+        name=record.run_name or path.resolve().name,
+        method=record.method,
         confusion=confusion,
-        seed=seed,
-        dataset=None if dataset.get("name") is None else str(dataset["name"]),
-        split=str(final.get("split", "test")),
-        class_names=[str(n) for n in class_names] if class_names is not None else None,
+        seed=record.seed,
+        dataset=record.dataset.name,
+        split=record.split,
+        class_names=list(class_names) if class_names is not None else None,
         validation_confusion=validation_confusion,
         validation_per_class_accuracy=validation_accuracy,
-        class_statistics=_per_class_lists(
-            path,
-            final.get("class_statistics"),
-            "class_statistics",
-            ("mean_sq_norm", "spread", "second_moment", "temperatures"),
-            num_classes,
-        ),
-        logit_margins=_per_class_lists(
-            path, final.get("logit_margins"), "logit_margins", ("mean", "median"), num_classes
-        ),
-        metrics=_read_metrics(path),
+        class_statistics=_arrays(record.class_statistics),
+        logit_margins=_arrays(record.logit_margins),
+        metrics=_read_metrics(files),
         config=config,
         path=path,
     )

@@ -21,7 +21,7 @@ import numpy as np
 
 from mr2.report.comparison import Comparison
 from mr2.report.csv_cells import csv_row
-from mr2.report.diagnostics import CLASS_STATISTICS, ClassDiagnostics
+from mr2.report.diagnostics import CLASS_STATISTICS, ClassDiagnostics, ordered_statistics
 from mr2.report.statistics import RankCorrelation, mean_std
 from mr2.report.tiers import ranking_order
 
@@ -316,11 +316,12 @@ def _rho_cell(values: Sequence[RankCorrelation]) -> Cell:
 def diagnostics_table(diagnostics: Mapping[str, Sequence[ClassDiagnostics]]) -> Table | None:
     """Spearman rho of each per-class statistic with the class error, per method (None: no run has
     statistics)."""
-    present = {key for items in diagnostics.values() for item in items for key in item.statistics}
-    keys = [key for key, _ in CLASS_STATISTICS if key in present]
+    keys = ordered_statistics(
+        key for items in diagnostics.values() for item in items for key in item.statistics
+    )
     if not keys:
         return None
-    table = Table(["method", *(_LABELS[k] for k in keys)], ["left", *(["right"] * len(keys))])
+    table = Table(["method", *(_LABELS.get(k, k) for k in keys)], ["left", *(["right"] * len(keys))])
     for method, items in diagnostics.items():
         if not any(item.statistics for item in items):
             continue

@@ -1,8 +1,12 @@
-"""Run directories: one owner per run (a lock), their layout and the rules that keep them consistent."""
+"""Run directories: one owner per run (a lock), their layout, the rules that keep them consistent,
+and the run record they hold (``final.json``)."""
 
+from mr2.rundir.errors import RunDirectoryError
 from mr2.rundir.layout import (
     CONFIG_CHANGED,
+    CONFIG_MISSING,
     DANGLING_LINK,
+    FILE_UNREADABLE,
     NOT_A_RUN,
     NOT_A_RUN_DIRECTORY,
     NOT_WRITABLE,
@@ -10,17 +14,22 @@ from mr2.rundir.layout import (
     OVERWRITE_NOT_RESTORED,
     OVERWRITTEN_DIR,
     PARENT_NOT_A_DIRECTORY,
+    RUN_DIR_IS_A_FILE,
     RUN_DIR_NOT_A_DIRECTORY,
+    RUN_DIR_NOT_FOUND,
     RUN_EXISTS,
+    RUN_UNFINISHED,
     TRAINER_LOG,
     RunDirectory,
-    RunDirectoryError,
 )
 from mr2.rundir.lock import LOCK_FILE, RUN_LOCKED, RunLock, RunLockedError, lock_holder
+from mr2.rundir.record import DatasetInfo, FinalRecord, SplitFigures
 
 __all__ = [
     "CONFIG_CHANGED",
+    "CONFIG_MISSING",
     "DANGLING_LINK",
+    "FILE_UNREADABLE",
     "LOCK_FILE",
     "NOT_A_RUN",
     "NOT_A_RUN_DIRECTORY",
@@ -29,13 +38,19 @@ __all__ = [
     "OVERWRITE_NOT_RESTORED",
     "OVERWRITTEN_DIR",
     "PARENT_NOT_A_DIRECTORY",
+    "RUN_DIR_IS_A_FILE",
     "RUN_DIR_NOT_A_DIRECTORY",
+    "RUN_DIR_NOT_FOUND",
     "RUN_EXISTS",
     "RUN_LOCKED",
+    "RUN_UNFINISHED",
     "TRAINER_LOG",
+    "DatasetInfo",
+    "FinalRecord",
     "RunDirectory",
     "RunDirectoryError",
     "RunLock",
     "RunLockedError",
+    "SplitFigures",
     "lock_holder",
 ]

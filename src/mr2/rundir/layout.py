@@ -5,6 +5,10 @@
 - layout: ``config.yaml``, ``metrics.jsonl``, ``final.json``, ``eval_<split>.json``,
   ``checkpoints/{last,best}.pt``, ``tensorboard/``, ``train.log`` (the sweep's log of the trainer's
   output), ``.lock`` (see :mod:`mr2.rundir.lock`);
+- the run record: ``final.json`` and ``eval_<split>.json`` are written and read as a
+  :class:`~mr2.rundir.record.FinalRecord` (:meth:`RunDirectory.write_final`,
+  :meth:`RunDirectory.read_final`); a reader first checks the run is there and finished
+  (:meth:`RunDirectory.require_finished`);
 - every file is written atomically (:mod:`mr2.io`), so a kill leaves the old or the new version;
 - on resume ``metrics.jsonl`` is cut back to the checkpoint's epoch (a line is appended before the
   checkpoint is written, so a kill between the two leaves one line too many);
@@ -32,12 +36,16 @@ from typing import Any
 import yaml
 
 from mr2.config.diff import RESUMABLE_KEYS, config_differences
-from mr2.io import atomic_write_text
+from mr2.io import atomic_write_json, atomic_write_text
+from mr2.rundir.errors import RunDirectoryError
 from mr2.rundir.lock import LOCK_FILE, RunLock, RunLockedError, lock_holder
+from mr2.rundir.record import FinalRecord
 
 __all__ = [
     "CONFIG_CHANGED",
+    "CONFIG_MISSING",
     "DANGLING_LINK",
+    "FILE_UNREADABLE",
     "NOT_A_RUN",
     "NOT_A_RUN_DIRECTORY",
     "NOT_WRITABLE",
@@ -45,11 +53,13 @@ __all__ = [
     "OVERWRITE_NOT_RESTORED",
     "OVERWRITTEN_DIR",
     "PARENT_NOT_A_DIRECTORY",
+    "RUN_DIR_IS_A_FILE",
     "RUN_DIR_NOT_A_DIRECTORY",
+    "RUN_DIR_NOT_FOUND",
     "RUN_EXISTS",
+    "RUN_UNFINISHED",
     "TRAINER_LOG",
     "RunDirectory",
-    "RunDirectoryError",
 ]
 
 RUN_EXISTS = (
@@ -90,6 +100,22 @@ OVERWRITE_NOT_RESTORED = (
     "{path} holds an interrupted --overwrite: the previous run is in {staged} and could not be put "
     "back ({error}); make {path} writable and try again, or restore it by hand: delete the other "
     "entries of {path} (not .lock) and move the entries of {staged} up into {path}"
+)
+
+# What a reader (the report, tune) is told about a directory it cannot read a finished run from.
+RUN_DIR_NOT_FOUND = "run directory {path} does not exist; pass a directory written by `mr2 train`"
+RUN_DIR_IS_A_FILE = "{path} is a file, not a run directory; pass the directory that holds final.json"
+CONFIG_MISSING = (
+    "{path} has no config.yaml, so it is not a run directory written by `mr2 train` (or it was "
+    "copied incompletely); copy the whole run directory"
+)
+RUN_UNFINISHED = (
+    "{path} has no final.json: the run is unfinished, still running or crashed; wait for it to end "
+    "or resume it from checkpoints/last.pt, then report again"
+)
+FILE_UNREADABLE = (
+    "{file} in {path} cannot be parsed ({error}); the file is corrupt or half-written: re-run the "
+    "final evaluation of this run (or remove it from the report)"
 )
 
 #: Where ``--overwrite`` keeps the previous run until the new one has its first checkpoint.
@@ -136,10 +162,6 @@ def _foreign_entries(path: Path) -> list[str]:
         elif not entry.is_file() or not _is_layout_file(entry.name, _LAYOUT_FILES, _EVAL_FILE):
             foreign.append(entry.name)
     return foreign
-
-
-class RunDirectoryError(RuntimeError):
-    """A run directory that cannot be used as asked; the message says why and what to do."""
 
 
 class RunDirectory:
@@ -203,6 +225,49 @@ class RunDirectory:
     def is_finished(self) -> bool:
         """Whether ``final.json`` exists (its presence means the run finished)."""
         return self.final.is_file()
+
+    # -------------------------------------------------------------- the record
+    def require_finished(self) -> None:
+        """Raise :class:`RunDirectoryError` unless a reader can read a finished run here: the directory
+        exists, is a directory, holds ``config.yaml`` and ``final.json``. A killed ``--overwrite`` is
+        finished first (:meth:`recover_overwrite`), as the next ``mr2 train`` would."""
+        if not self.path.exists():
+            raise RunDirectoryError(RUN_DIR_NOT_FOUND.format(path=self.path))
+        if not self.path.is_dir():
+            raise RunDirectoryError(RUN_DIR_IS_A_FILE.format(path=self.path))
+        self.recover_overwrite()
+        if not self.config_file.is_file():
+            raise RunDirectoryError(CONFIG_MISSING.format(path=self.path))
+        if not self.is_finished:
+            raise RunDirectoryError(RUN_UNFINISHED.format(path=self.path))
+
+    def read_final(self) -> FinalRecord:
+        """The run record of ``final.json``.
+
+        Raises:
+            RunDirectoryError: the file is missing (:data:`RUN_UNFINISHED`), cannot be parsed
+                (:data:`FILE_UNREADABLE`) or does not hold a valid record
+                (:meth:`FinalRecord.from_dict`).
+        """
+        try:
+            data = json.loads(self.final.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunDirectoryError(RUN_UNFINISHED.format(path=self.path)) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise RunDirectoryError(
+                FILE_UNREADABLE.format(file=self.final.name, path=self.path, error=error)
+            ) from error
+        return FinalRecord.from_dict(data, self.path)
+
+    def write_final(self, record: FinalRecord) -> None:
+        """Write ``final.json`` (atomically; its presence marks the run finished)."""
+        atomic_write_json(self.final, record.to_dict())
+
+    def write_eval(self, record: FinalRecord) -> Path:
+        """Write a re-evaluation to ``eval_<record.split>.json`` (atomically); returns its path."""
+        path = self.eval_file(record.split)
+        atomic_write_json(path, record.to_dict())
+        return path
 
     def read_config(self) -> dict[str, Any] | None:
         """The saved ``config.yaml`` as a dict (None when absent or not a mapping)."""

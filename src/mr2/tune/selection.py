@@ -60,7 +60,6 @@ per-sample predictions), and :attr:`Choice.tier_rule` says which one was applied
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -284,21 +283,21 @@ def read_validation(run_dir: str | os.PathLike[str]) -> ValidationFigures:
 
     Raises:
         TuneSelectionError: the run has no validation results.
+        mr2.rundir.RunDirectoryError: final.json is missing or not a valid run record.
     """
     from mr2.rundir import RunDirectory
 
     directory = RunDirectory(run_dir)
-    final = json.loads(directory.final.read_text())
-    validation = final.get("validation")
-    if not isinstance(validation, dict) or "per_class_accuracy" not in validation:
+    record = directory.read_final()
+    validation = record.validation
+    if validation is None or validation.per_class_accuracy is None:
         raise TuneSelectionError(NO_VALIDATION.format(file=directory.final))
-    per_class = tuple(math.nan if v is None else float(v) for v in validation["per_class_accuracy"])
-    overall = validation.get("overall_accuracy")
+    overall = validation.overall_accuracy
     return ValidationFigures(
         run=directory.path.name,
-        seed=int(final.get("seed", -1)),
+        seed=-1 if record.seed is None else record.seed,
         overall_accuracy=math.nan if overall is None else float(overall),
-        per_class_accuracy=per_class,
+        per_class_accuracy=tuple(float(v) for v in validation.per_class_accuracy),
     )
 
 
