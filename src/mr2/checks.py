@@ -29,16 +29,16 @@ __all__ = [
 
 CheckValues = bool | Literal["auto"]
 
-NUM_CLASSES_TOO_SMALL = "num_classes must be an integer >= 2, got {value!r}."
-LOGITS_NOT_2D = (
+_NUM_CLASSES_TOO_SMALL = "num_classes must be an integer >= 2, got {value!r}."
+_LOGITS_NOT_2D = (
     "logits must have shape [batch, num_classes]; got shape {shape}. Pass the classifier's raw "
     "output (before softmax), one row per sample."
 )
-LOGITS_WIDTH = (
+_LOGITS_WIDTH = (
     "logits have {width} columns but the loss was built for num_classes={num_classes}. Build the "
     "loss with the classifier's number of outputs."
 )
-FEATURES_NOT_2D = (
+_FEATURES_NOT_2D = (
     "features must have shape [batch, feature_dim]; got shape {shape}. Pass the penultimate "
     "features (the input of the final linear layer), pooled and flattened."
 )
@@ -46,17 +46,17 @@ FEATURE_DIM_MISMATCH = (
     "features have {got} dimensions but these statistics hold {expected}-dimensional class means. "
     "Use one feature extractor per loss, or build a new loss for the new features."
 )
-TARGET_NOT_1D = (
+_TARGET_NOT_1D = (
     "target must be a 1-D tensor of class ids with one entry per sample; got shape {shape}. "
     "(One-hot or soft targets are not supported: pass target.argmax(dim=1).)"
 )
-TARGET_NOT_INTEGER = "target must hold integer class ids (torch.long); got dtype {dtype}."
-BATCH_MISMATCH = "{name} has {rows} rows but target has {batch} entries; they must match."
-TARGET_OUT_OF_RANGE = (
+_TARGET_NOT_INTEGER = "target must hold integer class ids (torch.long); got dtype {dtype}."
+_BATCH_MISMATCH = "{name} has {rows} rows but target has {batch} entries; they must match."
+_TARGET_OUT_OF_RANGE = (
     "target holds class ids outside [0, {num_classes}): smallest {low}, largest {high}. Check the "
     "label mapping of the data set and num_classes."
 )
-NON_FINITE = (
+_NON_FINITE = (
     "{name} contain {count} non-finite value(s) (NaN or Inf). The model has diverged or the input "
     "data hold NaN/Inf: lower the learning rate, enable gradient clipping, or check the data."
 )
@@ -80,7 +80,7 @@ class StatisticsOverflowError(MR2InputError):
 def check_num_classes(num_classes: object) -> int:
     """Return ``num_classes`` as an int, or raise if it is not an integer >= 2."""
     if not is_int(num_classes) or num_classes < 2:
-        raise MR2InputError(NUM_CLASSES_TOO_SMALL.format(value=num_classes))
+        raise MR2InputError(_NUM_CLASSES_TOO_SMALL.format(value=num_classes))
     return num_classes
 
 
@@ -116,7 +116,7 @@ def _sum_of(tensor: torch.Tensor) -> torch.Tensor:
 def _raise_for_non_finite(name: str, tensor: torch.Tensor) -> None:
     bad = int((~torch.isfinite(tensor)).sum())
     if bad:
-        raise MR2InputError(NON_FINITE.format(name=name, count=bad))
+        raise MR2InputError(_NON_FINITE.format(name=name, count=bad))
 
 
 def check_statistics_finite(
@@ -153,38 +153,38 @@ def check_target(
 ) -> None:
     """Check that ``target`` is a 1-D integer tensor of ``batch`` class ids in ``[0, num_classes)``."""
     if target.dim() != 1:
-        raise MR2InputError(TARGET_NOT_1D.format(shape=tuple(target.shape)))
+        raise MR2InputError(_TARGET_NOT_1D.format(shape=tuple(target.shape)))
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
-        raise MR2InputError(TARGET_NOT_INTEGER.format(dtype=target.dtype))
+        raise MR2InputError(_TARGET_NOT_INTEGER.format(dtype=target.dtype))
     if batch is not None and target.shape[0] != batch:
-        raise MR2InputError(BATCH_MISMATCH.format(name="input", rows=batch, batch=target.shape[0]))
+        raise MR2InputError(_BATCH_MISMATCH.format(name="input", rows=batch, batch=target.shape[0]))
     if wants_values(target, check_values) and target.numel():
         low, high = int(target.min()), int(target.max())
         if low < 0 or high >= num_classes:
             raise MR2InputError(
-                TARGET_OUT_OF_RANGE.format(num_classes=num_classes, low=low, high=high)
+                _TARGET_OUT_OF_RANGE.format(num_classes=num_classes, low=low, high=high)
             )
 
 
 def check_features(features: torch.Tensor, target: torch.Tensor) -> None:
     """Shape checks of ``features`` [B, d] against ``target`` [B]."""
     if features.dim() != 2:
-        raise MR2InputError(FEATURES_NOT_2D.format(shape=tuple(features.shape)))
+        raise MR2InputError(_FEATURES_NOT_2D.format(shape=tuple(features.shape)))
     if features.shape[0] != target.shape[0]:
         raise MR2InputError(
-            BATCH_MISMATCH.format(name="features", rows=features.shape[0], batch=target.shape[0])
+            _BATCH_MISMATCH.format(name="features", rows=features.shape[0], batch=target.shape[0])
         )
 
 
 def check_logits(logits: torch.Tensor, target: torch.Tensor, num_classes: int | None) -> None:
     """Shape checks of ``logits`` [B, K] against ``target`` [B] and ``num_classes``."""
     if logits.dim() != 2:
-        raise MR2InputError(LOGITS_NOT_2D.format(shape=tuple(logits.shape)))
+        raise MR2InputError(_LOGITS_NOT_2D.format(shape=tuple(logits.shape)))
     if num_classes is not None and logits.shape[1] != num_classes:
-        raise MR2InputError(LOGITS_WIDTH.format(width=logits.shape[1], num_classes=num_classes))
+        raise MR2InputError(_LOGITS_WIDTH.format(width=logits.shape[1], num_classes=num_classes))
     if logits.shape[0] != target.shape[0]:
         raise MR2InputError(
-            BATCH_MISMATCH.format(name="logits", rows=logits.shape[0], batch=target.shape[0])
+            _BATCH_MISMATCH.format(name="logits", rows=logits.shape[0], batch=target.shape[0])
         )
 
 

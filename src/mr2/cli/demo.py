@@ -28,7 +28,7 @@ LOCAL_DATA_ROOT = Path("data") / "fashion-mnist"
 DEBIAN_DATA_ROOT = Path("/usr/share/datasets/fashion-mnist")
 FULL_PROTOCOL_PRESET = "fashion-mnist"
 DOWNLOAD_TIMEOUT_S = 30.0
-DATA_UNAVAILABLE = (
+_DATA_UNAVAILABLE = (
     "mr2 demo: Fashion-MNIST is not available.\n"
     "  {problem}\n"
     "Get it in one of these ways, then run `make demo` (or `mr2 demo`) again:\n"
@@ -66,7 +66,7 @@ def _locate_data(args: argparse.Namespace, out: Any) -> tuple[str | None, str]:
         try:
             find_fashion_mnist_files(args.data_root)
         except DatasetError as error:
-            return "", DATA_UNAVAILABLE.format(
+            return "", _DATA_UNAVAILABLE.format(
                 problem=error, local=args.data_root, download_error="not attempted with --data-root"
             )
         return args.data_root, ""
@@ -81,7 +81,7 @@ def _locate_data(args: argparse.Namespace, out: Any) -> tuple[str | None, str]:
     except DatasetError:
         pass
     if args.no_download:
-        return "", DATA_UNAVAILABLE.format(problem=problem, local=LOCAL_DATA_ROOT,
+        return "", _DATA_UNAVAILABLE.format(problem=problem, local=LOCAL_DATA_ROOT,
                                            download_error="disabled by --no-download")
     print(f"Fashion-MNIST not found; downloading it with torchvision into {LOCAL_DATA_ROOT} ...",
           file=out, flush=True)
@@ -94,7 +94,7 @@ def _locate_data(args: argparse.Namespace, out: Any) -> tuple[str | None, str]:
             FashionMNIST(str(LOCAL_DATA_ROOT), train=train, download=True)
         find_fashion_mnist_files(LOCAL_DATA_ROOT)
     except Exception as error:
-        return "", DATA_UNAVAILABLE.format(problem=problem, local=LOCAL_DATA_ROOT,
+        return "", _DATA_UNAVAILABLE.format(problem=problem, local=LOCAL_DATA_ROOT,
                                            download_error=f"{type(error).__name__}: {error}")
     finally:
         socket.setdefaulttimeout(previous)

@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 SOURCES_BOTH = "give run directories or --predictions files, not both"
 SOURCES_NONE = "nothing to report: give run directories or --predictions FILE[=LABEL] ..."
-CLASS_NAMES_WITHOUT_PREDICTIONS = (
+_CLASS_NAMES_WITHOUT_PREDICTIONS = (
     "--class-names applies to --predictions files; run directories carry their class names"
 )
 MAX_CLASSES_WITHOUT_PREDICTIONS = (
@@ -161,7 +161,7 @@ def _load(args: argparse.Namespace) -> list[RunRecord]:
         )
         return load_predictions(args.predictions, class_names=names, max_classes=limit)
     if args.class_names is not None:
-        raise ReportError(CLASS_NAMES_WITHOUT_PREDICTIONS)
+        raise ReportError(_CLASS_NAMES_WITHOUT_PREDICTIONS)
     if args.max_classes is not None:
         raise ReportError(MAX_CLASSES_WITHOUT_PREDICTIONS)
     if not args.run_dirs:

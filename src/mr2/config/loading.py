@@ -35,27 +35,27 @@ MAX_CONFIG_BYTES = 1 << 20
 #: Deepest nesting of mappings and lists in user YAML.
 MAX_NESTING = 50
 
-MISSING_FILE = "config file {path} does not exist."
-NOT_A_FILE = "config file {path} is not a file; give a YAML file."
-UNREADABLE = "config file {path} cannot be read: {error}"
-TOO_LARGE = (
+_MISSING_FILE = "config file {path} does not exist."
+_NOT_A_FILE = "config file {path} is not a file; give a YAML file."
+_UNREADABLE = "config file {path} cannot be read: {error}"
+_TOO_LARGE = (
     "config file {path} is larger than {limit} bytes; a run configuration or sweep file is much smaller."
 )
-NOT_UTF8 = "config file {path} is not UTF-8 text (byte {position}); save it as UTF-8."
-BAD_YAML = "config file {path} is not valid YAML: {error}"
-NOT_A_MAPPING = "the top level must be a mapping of keys; got {kind}"
-BAD_OVERRIDE = "override {item!r} must look like key.subkey=value (e.g. optim.lr=0.1)."
+_NOT_UTF8 = "config file {path} is not UTF-8 text (byte {position}); save it as UTF-8."
+_BAD_YAML = "config file {path} is not valid YAML: {error}"
+_NOT_A_MAPPING = "the top level must be a mapping of keys; got {kind}"
+_BAD_OVERRIDE = "override {item!r} must look like key.subkey=value (e.g. optim.lr=0.1)."
 OPTIONS_DROPPED = (
     "--set {section}.name={new} replaces {old!r} of the configuration file, so its {section}.options "
     "({keys}) are dropped: they were {old!r}'s (set {new}'s with --set {section}.options.KEY=VALUE)"
 )
 #: Sections whose ``options`` belong to the section's ``name`` (a method's, a model's).
 NAMED_SECTIONS = ("method", "model")
-AT_LINE = "config file {path}, line {line}: {problem}"
-ALIAS = "YAML anchors and aliases ({token}) are not supported; write the value out in full"
-DUPLICATE_KEY = "key {key!r} is given twice in the same mapping (the first value would be ignored); keep one"
-TOO_DEEP = "nested deeper than {limit} levels"
-UNHASHABLE_KEY = "a mapping key must be a scalar (text or number); got a {kind}"
+_AT_LINE = "config file {path}, line {line}: {problem}"
+_ALIAS = "YAML anchors and aliases ({token}) are not supported; write the value out in full"
+_DUPLICATE_KEY = "key {key!r} is given twice in the same mapping (the first value would be ignored); keep one"
+_TOO_DEEP = "nested deeper than {limit} levels"
+_UNHASHABLE_KEY = "a mapping key must be a scalar (text or number); got a {kind}"
 
 
 class _Refused(yaml.YAMLError):
@@ -83,9 +83,9 @@ class _StrictLoader(_BASE_LOADER):
             try:
                 duplicate = key in seen
             except TypeError:
-                raise _Refused(UNHASHABLE_KEY.format(kind=type(key).__name__), key_node.start_mark) from None
+                raise _Refused(_UNHASHABLE_KEY.format(kind=type(key).__name__), key_node.start_mark) from None
             if duplicate:
-                raise _Refused(DUPLICATE_KEY.format(key=key), key_node.start_mark)
+                raise _Refused(_DUPLICATE_KEY.format(key=key), key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -99,14 +99,14 @@ def _check_events(text: str) -> None:
         while loader.check_event():
             event = loader.get_event()
             if isinstance(event, yaml.AliasEvent):
-                raise _Refused(ALIAS.format(token=f"*{event.anchor}"), event.start_mark)
+                raise _Refused(_ALIAS.format(token=f"*{event.anchor}"), event.start_mark)
             anchor = getattr(event, "anchor", None)
             if anchor is not None:
-                raise _Refused(ALIAS.format(token=f"&{anchor}"), event.start_mark)
+                raise _Refused(_ALIAS.format(token=f"&{anchor}"), event.start_mark)
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_NESTING:
-                    raise _Refused(TOO_DEEP.format(limit=MAX_NESTING), event.start_mark)
+                    raise _Refused(_TOO_DEEP.format(limit=MAX_NESTING), event.start_mark)
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     finally:
@@ -151,15 +151,16 @@ def parse_yaml(text: str, source: str) -> Any:
     except _Refused as refused:
         if source.startswith("config file "):
             path = source.removeprefix("config file ")
-            raise ConfigError(AT_LINE.format(path=path, line=refused.line, problem=refused.problem)) from None
+            message = _AT_LINE.format(path=path, line=refused.line, problem=refused.problem)
+            raise ConfigError(message) from None
         raise ConfigError(f"{source}: {refused.problem}") from None
     except yaml.YAMLError as error:
         if source.startswith("config file "):
-            raise ConfigError(BAD_YAML.format(path=source.removeprefix("config file "),
+            raise ConfigError(_BAD_YAML.format(path=source.removeprefix("config file "),
                                               error=_one_line(error))) from None
         raise ConfigError(f"{source}: not valid YAML: {_one_line(error)}") from None
     except RecursionError:  # pragma: no cover - the nesting limit comes first
-        raise ConfigError(f"{source}: {TOO_DEEP.format(limit=MAX_NESTING)}") from None
+        raise ConfigError(f"{source}: {_TOO_DEEP.format(limit=MAX_NESTING)}") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -169,25 +170,25 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a YAML mapping from ``path`` (limits: module docstring) with clear errors."""
     file = Path(path)
     if not file.exists():
-        raise ConfigError(MISSING_FILE.format(path=file))
+        raise ConfigError(_MISSING_FILE.format(path=file))
     if not file.is_file():
-        raise ConfigError(NOT_A_FILE.format(path=file))
+        raise ConfigError(_NOT_A_FILE.format(path=file))
     try:
         with open(file, "rb") as handle:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise ConfigError(UNREADABLE.format(path=file, error=error.strerror or error)) from None
+        raise ConfigError(_UNREADABLE.format(path=file, error=error.strerror or error)) from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(TOO_LARGE.format(path=file, limit=MAX_CONFIG_BYTES))
+        raise ConfigError(_TOO_LARGE.format(path=file, limit=MAX_CONFIG_BYTES))
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ConfigError(NOT_UTF8.format(path=file, position=error.start)) from None
+        raise ConfigError(_NOT_UTF8.format(path=file, position=error.start)) from None
     data = parse_yaml(text, f"config file {file}")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(BAD_YAML.format(path=file, error=NOT_A_MAPPING.format(kind=type(data).__name__)))
+        raise ConfigError(_BAD_YAML.format(path=file, error=_NOT_A_MAPPING.format(kind=type(data).__name__)))
     return data
 
 
@@ -209,12 +210,12 @@ def apply_overrides(
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(BAD_OVERRIDE.format(item=item))
+            raise ConfigError(_BAD_OVERRIDE.format(item=item))
         value = parse_yaml(raw, f"override {item!r}") if raw.strip() else None
         try:
             set_dotted(result, key.strip(), value)
         except DottedPathError as error:
-            raise ConfigError(BAD_OVERRIDE.format(item=item)) from error
+            raise ConfigError(_BAD_OVERRIDE.format(item=item)) from error
     _drop_options_of_another_name(data, result, [item.partition("=")[0].strip() for item in overrides], notes)
     return result
 

@@ -20,7 +20,7 @@ class _Missing:
 #: Returned by :func:`get_dotted` for a path that does not exist.
 MISSING: Any = _Missing()
 
-NOT_BELOW_MAPPING = "key {path!r}: {part!r} holds {value!r}, not a mapping, so it has no keys below it"
+_NOT_BELOW_MAPPING = "key {path!r}: {part!r} holds {value!r}, not a mapping, so it has no keys below it"
 
 
 class DottedPathError(MR2Error, ValueError):
@@ -61,6 +61,6 @@ def set_dotted(data: dict[str, Any], path: str, value: Any) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise DottedPathError(NOT_BELOW_MAPPING.format(path=path, part=part, value=child))
+            raise DottedPathError(_NOT_BELOW_MAPPING.format(path=path, part=part, value=child))
         node = child
     node[parts[-1]] = copy.deepcopy(value)

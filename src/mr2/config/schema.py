@@ -31,10 +31,10 @@ __all__ = [
     "config_to_dict",
 ]
 
-UNKNOWN_KEY = "unknown config key {path!r}; valid keys here: {valid}."
-WRONG_TYPE = "config key {path!r} must be {expected}; got {value!r} ({type})."
-NOT_A_MAPPING = "config section {path!r} must be a mapping of keys to values; got {value!r}."
-BAD_VALUE = "config key {path!r}: {problem}"
+_UNKNOWN_KEY = "unknown config key {path!r}; valid keys here: {valid}."
+_WRONG_TYPE = "config key {path!r} must be {expected}; got {value!r} ({type})."
+_NOT_A_MAPPING = "config section {path!r} must be a mapping of keys to values; got {value!r}."
+_BAD_VALUE = "config key {path!r}: {problem}"
 OUT_OF_RANGE = "config key {path!r} must be {expected}; got {value!r}."
 
 #: Largest seed (``seed``, ``data.split_seed``): numpy's generators take seeds below 2**32.
@@ -236,7 +236,7 @@ def _check_ranges(checks: list[tuple[str, int, int, int]]) -> None:
 def _raise_failed(checks: list[tuple[str, bool, str]]) -> None:
     for path, ok, problem in checks:
         if not ok:
-            raise ConfigError(BAD_VALUE.format(path=path, problem=problem))
+            raise ConfigError(_BAD_VALUE.format(path=path, problem=problem))
 
 
 def _describe(annotation: Any) -> str:
@@ -302,21 +302,21 @@ def _optional_section(annotation: Any, value: Any) -> Any:
 
 def _build(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(NOT_A_MAPPING.format(path=path or "<root>", value=Shown(data)))
+        raise ConfigError(_NOT_A_MAPPING.format(path=path or "<root>", value=Shown(data)))
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)
         if key not in names:
-            raise ConfigError(UNKNOWN_KEY.format(path=key_path, valid=", ".join(names)))
+            raise ConfigError(_UNKNOWN_KEY.format(path=key_path, valid=", ".join(names)))
         annotation = _optional_section(hints[key], value)
         if dataclasses.is_dataclass(annotation):
             kwargs[key] = _build(annotation, value, key_path)  # type: ignore[arg-type]
             continue
         if not _matches(value, annotation):
             raise ConfigError(
-                WRONG_TYPE.format(path=key_path, expected=_describe(annotation), value=Shown(value),
+                _WRONG_TYPE.format(path=key_path, expected=_describe(annotation), value=Shown(value),
                                   type=type(value).__name__)
             )
         if _takes_float(annotation) and is_number(value):

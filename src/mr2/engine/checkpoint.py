@@ -15,7 +15,7 @@ from mr2.io import atomic_save_torch
 
 __all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 
-CORRUPT = "checkpoint {path} cannot be read ({error}); delete it to start the run afresh."
+_CORRUPT = "checkpoint {path} cannot be read ({error}); delete it to start the run afresh."
 
 
 class CheckpointError(MR2Error, RuntimeError):
@@ -67,5 +67,5 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         payload: dict[str, Any] = torch.load(Path(path), map_location="cpu", weights_only=True)
     except Exception as error:  # any unpickling failure means a corrupt file
-        raise CheckpointError(CORRUPT.format(path=path, error=error)) from error
+        raise CheckpointError(_CORRUPT.format(path=path, error=error)) from error
     return payload

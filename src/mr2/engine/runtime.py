@@ -16,10 +16,10 @@ from mr2 import distributed
 from mr2.config import RunConfig
 from mr2.errors import MR2Error
 
-__all__ = ["FP16_NEEDS_CUDA", "NO_CUDA", "RunError", "Runtime", "seed_everything"]
+__all__ = ["RunError", "Runtime", "seed_everything"]
 
-NO_CUDA = "device 'cuda' was requested but CUDA is not available; use device: cpu or auto."
-FP16_NEEDS_CUDA = "optim.amp 'fp16' needs a CUDA device; use 'bf16' (CPU or GPU) or 'none'."
+_NO_CUDA = "device 'cuda' was requested but CUDA is not available; use device: cpu or auto."
+_FP16_NEEDS_CUDA = "optim.amp 'fp16' needs a CUDA device; use 'bf16' (CPU or GPU) or 'none'."
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ def _device(name: str) -> torch.device:
         return torch.device("cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RunError(NO_CUDA)
+        raise RunError(_NO_CUDA)
     return device
 
 
@@ -56,7 +56,7 @@ def _amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
         return torch.bfloat16
     if amp == "fp16":
         if device.type != "cuda":
-            raise RunError(FP16_NEEDS_CUDA)
+            raise RunError(_FP16_NEEDS_CUDA)
         return torch.float16
     return None
 

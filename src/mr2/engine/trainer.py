@@ -26,9 +26,9 @@ from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import build_method
 from mr2.optim.sam import SAM
 
-__all__ = ["FEATURE_DIM_UNKNOWN", "Trainer"]
+__all__ = ["Trainer"]
 
-FEATURE_DIM_UNKNOWN = "the model {name!r} exposes no feature_dim; it must return (logits, features)."
+_FEATURE_DIM_UNKNOWN = "the model {name!r} exposes no feature_dim; it must return (logits, features)."
 
 
 class Trainer:
@@ -49,7 +49,7 @@ class Trainer:
         self.model: nn.Module = self.build_model()
         feature_dim = getattr(self.model, "feature_dim", None)
         if feature_dim is None:
-            raise RunError(FEATURE_DIM_UNKNOWN.format(name=config.model.name))
+            raise RunError(_FEATURE_DIM_UNKNOWN.format(name=config.model.name))
         self.method: TrainingMethod = build_method(
             config.method.name, data.num_classes, **config.method.options
         )

@@ -19,9 +19,9 @@ __all__ = ["CDB"]
 #: When the class weights are computed: after every validation, or once from the first.
 Update = Literal["every_validation", "fixed"]
 
-BAD_TAU = "tau must be a number > 0 or 'dynamic'; got {value!r}."
-BAD_UPDATE = f"update must be {either(Update)}; got {{value!r}}."
-BAD_ACCURACY = "class_accuracy must have shape [num_classes]={expected}; got {shape}."
+_BAD_TAU = "tau must be a number > 0 or 'dynamic'; got {value!r}."
+_BAD_UPDATE = f"update must be {either(Update)}; got {{value!r}}."
+_BAD_ACCURACY = "class_accuracy must have shape [num_classes]={expected}; got {shape}."
 
 
 @register_method("cdb")
@@ -62,8 +62,8 @@ class CDB(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if tau != "dynamic" and (isinstance(tau, str) or float(tau) <= 0):
-            raise MR2InputError(BAD_TAU.format(value=tau))
-        check_choice(update, Update, BAD_UPDATE, MR2InputError)
+            raise MR2InputError(_BAD_TAU.format(value=tau))
+        check_choice(update, Update, _BAD_UPDATE, MR2InputError)
         self.tau: float | Literal["dynamic"] = tau if tau == "dynamic" else float(tau)
         self.update = update
         # Validation accuracy the weights were computed from (0 = difficulty 1 = weight 1).
@@ -85,7 +85,7 @@ class CDB(TrainingMethod):
         """Recompute the class weights from per-class accuracies in [0, 1] (NaN: keep the last)."""
         if class_accuracy.shape != (self.num_classes,):
             raise MR2InputError(
-                BAD_ACCURACY.format(expected=self.num_classes, shape=tuple(class_accuracy.shape))
+                _BAD_ACCURACY.format(expected=self.num_classes, shape=tuple(class_accuracy.shape))
             )
         accuracy = class_accuracy.to(self.class_accuracy)
         self.class_accuracy.copy_(torch.where(accuracy.isnan(), self.class_accuracy, accuracy))

@@ -21,7 +21,7 @@ __all__ = ["CenterLoss"]
 BAD_LAMBDA = "center_loss option lambda_center must be a number >= 0; got {value!r}."
 BAD_ALPHA = "center_loss option alpha must be a number in (0, 1]; got {value!r}."
 BAD_UPDATE = f"center_loss option update must be one of {listed(CenterUpdate)}; got {{value!r}}."
-NOT_SET_UP = "CenterLoss.setup(context) must run before training: the centres are sized to the features."
+_NOT_SET_UP = "CenterLoss.setup(context) must run before training: the centres are sized to the features."
 
 
 @register_method("center_loss")
@@ -96,7 +96,7 @@ class CenterLoss(TrainingMethod):
     ) -> torch.Tensor:
         check_classification_inputs(logits, features, target, self.num_classes)
         if self.centers.dim() != 2:
-            raise MethodConfigError(NOT_SET_UP)
+            raise MethodConfigError(_NOT_SET_UP)
         ce = F.cross_entropy(logits.to(working_dtype(logits)), target)
         distance = center_distances(features, self.centers, target).mean()
         loss = ce + 0.5 * self.lambda_center * distance

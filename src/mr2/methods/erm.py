@@ -12,7 +12,7 @@ from mr2.methods.registry import register_method
 
 __all__ = ["ERM"]
 
-BAD_SMOOTHING = "label_smoothing must be in [0, 1); got {value!r}."
+_BAD_SMOOTHING = "label_smoothing must be in [0, 1); got {value!r}."
 
 
 @register_method("erm")
@@ -41,7 +41,7 @@ class ERM(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if not 0.0 <= float(label_smoothing) < 1.0:
-            raise MR2InputError(BAD_SMOOTHING.format(value=label_smoothing))
+            raise MR2InputError(_BAD_SMOOTHING.format(value=label_smoothing))
         self.label_smoothing = float(label_smoothing)
 
     def forward(

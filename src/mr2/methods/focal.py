@@ -11,7 +11,7 @@ from mr2.methods.registry import register_method
 
 __all__ = ["Focal"]
 
-BAD_GAMMA = "gamma must be >= 0; got {value!r}."
+_BAD_GAMMA = "gamma must be >= 0; got {value!r}."
 
 
 @register_method("focal")
@@ -39,7 +39,7 @@ class Focal(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if float(gamma) < 0:
-            raise MR2InputError(BAD_GAMMA.format(value=gamma))
+            raise MR2InputError(_BAD_GAMMA.format(value=gamma))
         self.gamma = float(gamma)
 
     def forward(

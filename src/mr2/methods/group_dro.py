@@ -16,8 +16,8 @@ from mr2.methods.registry import register_method
 
 __all__ = ["GroupDRO"]
 
-BAD_ETA = "eta (the robust step size) must be >= 0; got {value!r}."
-BAD_ADJUSTMENT = "adjustment (C of C / sqrt(n_k)) must be >= 0; got {value!r}."
+_BAD_ETA = "eta (the robust step size) must be >= 0; got {value!r}."
+_BAD_ADJUSTMENT = "adjustment (C of C / sqrt(n_k)) must be >= 0; got {value!r}."
 
 
 @register_method("group_dro")
@@ -58,9 +58,9 @@ class GroupDRO(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if float(eta) < 0:
-            raise MR2InputError(BAD_ETA.format(value=eta))
+            raise MR2InputError(_BAD_ETA.format(value=eta))
         if float(adjustment) < 0:
-            raise MR2InputError(BAD_ADJUSTMENT.format(value=adjustment))
+            raise MR2InputError(_BAD_ADJUSTMENT.format(value=adjustment))
         self.eta = float(eta)
         self.adjustment = float(adjustment)
         # float64: K numbers, updated multiplicatively every step for the whole run.

@@ -30,7 +30,7 @@ BAD_UNDERSAMPLING = f"hbr option undersampling must be one of {listed(Undersampl
 BAD_ESTIMATOR = f"hbr option estimator must be one of {listed(Estimator)}; got {{value!r}}."
 #: A class holding more than this share of the resampled set is reported (warning).
 DOMINANT_SHARE = 0.5
-DOMINANT_CLASS = (
+_DOMINANT_CLASS = (
     "hbr: class {k} takes {share:.1%} of the resampled training set ({count} of {total} samples; its "
     "class hardness is {hardness:.4g}): with the AUM estimator a class of mean AUM <= 0 gets inverse "
     "hardness 1e4 under the reference's offset, and the second stage then learns mostly that class. "
@@ -208,7 +208,7 @@ class HBR(TwoStageReset, TrainingMethod):
         counts = torch.bincount(target, weights=weights, minlength=self.num_classes)
         total, top = float(counts.sum()), int(counts.argmax())
         if self.num_classes > 2 and total > 0 and counts[top] > DOMINANT_SHARE * total:
-            message = DOMINANT_CLASS.format(k=top, share=float(counts[top]) / total, count=int(counts[top]),
+            message = _DOMINANT_CLASS.format(k=top, share=float(counts[top]) / total, count=int(counts[top]),
                                             total=int(total), hardness=float(class_hardness[top]))
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 

@@ -25,9 +25,9 @@ EMPTY_ERROR_SET = (
     "{seen} training samples it was checked on, so stage 2 would just train ERM again. Use a smaller "
     "stage1_epochs: an earlier, less fitted model."
 )
-BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
-BAD_SOURCE = f"error_source must be {either(ErrorSource, {'train_mode': 'the reference'})}; got {{value!r}}."
-NO_PREDICTOR = (
+_BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
+_BAD_SOURCE = f"error_source must be {either(ErrorSource, {'train_mode': 'the reference'})}; got {{value!r}}."
+_NO_PREDICTOR = (
     "JTT with error_source='eval_pass' needs context.predict_train_set (the engine's eval pass over "
     "the training set); it is None."
 )
@@ -89,8 +89,8 @@ class JTT(TwoStageReset, TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if not is_int(lambda_up) or lambda_up < 0:
-            raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
-        check_choice(error_source, ErrorSource, BAD_SOURCE, MR2InputError)
+            raise MR2InputError(_BAD_LAMBDA_UP.format(value=lambda_up))
+        check_choice(error_source, ErrorSource, _BAD_SOURCE, MR2InputError)
         self.requested_stage1_epochs = check_stage1_option("jtt", stage1_epochs, MR2InputError)
         self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
         self.lambda_up = lambda_up
@@ -109,7 +109,7 @@ class JTT(TwoStageReset, TrainingMethod):
     def setup(self, context: MethodContext) -> None:
         t = resolve_stage1("jtt", self.requested_stage1_epochs, context.epochs, MR2InputError)
         if self.error_source == "eval_pass" and context.predict_train_set is None:
-            raise MR2InputError(NO_PREDICTOR)
+            raise MR2InputError(_NO_PREDICTOR)
         self.stage1_epochs = t
         n = context.num_train_samples
         self.errors = torch.zeros(n, dtype=torch.bool, device=context.device)

@@ -13,13 +13,13 @@ from mr2.methods.registry import register_method
 
 __all__ = ["LDAM", "NormedLinear"]
 
-NO_CLASSIFIER = (
+_NO_CLASSIFIER = (
     "LDAM replaces the model's head with a cosine classifier and needs `model.classifier` to be an "
     "nn.Linear; got {got}."
 )
-BAD_FRACTION = "drw_start_fraction must be in [0, 1]; got {value!r}."
-BAD_SCALE = "scale must be > 0; got {value!r}."
-BAD_MARGIN = "max_margin must be >= 0; got {value!r}."
+_BAD_FRACTION = "drw_start_fraction must be in [0, 1]; got {value!r}."
+_BAD_SCALE = "scale must be > 0; got {value!r}."
+_BAD_MARGIN = "max_margin must be >= 0; got {value!r}."
 
 
 class NormedLinear(nn.Module):
@@ -93,11 +93,11 @@ class LDAM(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if float(max_margin) < 0:
-            raise MR2InputError(BAD_MARGIN.format(value=max_margin))
+            raise MR2InputError(_BAD_MARGIN.format(value=max_margin))
         if float(scale) <= 0:
-            raise MR2InputError(BAD_SCALE.format(value=scale))
+            raise MR2InputError(_BAD_SCALE.format(value=scale))
         if not 0.0 <= float(drw_start_fraction) <= 1.0:
-            raise MR2InputError(BAD_FRACTION.format(value=drw_start_fraction))
+            raise MR2InputError(_BAD_FRACTION.format(value=drw_start_fraction))
         self.max_margin = float(max_margin)
         self.scale = float(scale)
         self.drw = bool(drw)
@@ -118,7 +118,7 @@ class LDAM(TrainingMethod):
     def adapt_model(self, model: nn.Module) -> nn.Module:
         head = getattr(model, "classifier", None)
         if not isinstance(head, nn.Linear):
-            raise MR2InputError(NO_CLASSIFIER.format(got=type(head).__name__))
+            raise MR2InputError(_NO_CLASSIFIER.format(got=type(head).__name__))
         cosine = NormedLinear(head.in_features, head.out_features)
         model.classifier = cosine.to(device=head.weight.device, dtype=head.weight.dtype)
         return model

@@ -27,17 +27,17 @@ __all__ = ["LfF"]
 
 GCEForm = Literal["reference", "paper"]
 
-NO_MODEL_FACTORY = (
+_NO_MODEL_FACTORY = (
     "LfF needs context.model_factory to build its biased model; the engine must pass it to setup()."
 )
-NOT_SET_UP = "LfF.setup(context) must be called before training (it builds the biased model)."
-NO_BIASED_LOGITS = (
+_NOT_SET_UP = "LfF.setup(context) must be called before training (it builds the biased model)."
+_NO_BIASED_LOGITS = (
     "LfF.forward was called in training mode without a preceding on_batch(inputs, target, index): "
     "the engine must call method.on_batch before the model's forward on every training batch."
 )
-BAD_Q = "q must be in (0, 1]; got {value!r}."
-BAD_DECAY = "ema_decay must be in [0, 1); got {value!r}."
-BAD_GCE_FORM = f"gce_form must be {either(GCEForm, {'reference': 'alinlab/LfF'})}; got {{value!r}}."
+_BAD_Q = "q must be in (0, 1]; got {value!r}."
+_BAD_DECAY = "ema_decay must be in [0, 1); got {value!r}."
+_BAD_GCE_FORM = f"gce_form must be {either(GCEForm, {'reference': 'alinlab/LfF'})}; got {{value!r}}."
 
 
 def _logits_of(output: Any) -> torch.Tensor:
@@ -106,10 +106,10 @@ class LfF(TrainingMethod):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if not 0.0 < float(q) <= 1.0:
-            raise MR2InputError(BAD_Q.format(value=q))
+            raise MR2InputError(_BAD_Q.format(value=q))
         if not 0.0 <= float(ema_decay) < 1.0:
-            raise MR2InputError(BAD_DECAY.format(value=ema_decay))
-        check_choice(gce_form, GCEForm, BAD_GCE_FORM, MR2InputError)
+            raise MR2InputError(_BAD_DECAY.format(value=ema_decay))
+        check_choice(gce_form, GCEForm, _BAD_GCE_FORM, MR2InputError)
         self.q = float(q)
         self.ema_decay = float(ema_decay)
         self.gce_form: GCEForm = gce_form
@@ -126,7 +126,7 @@ class LfF(TrainingMethod):
 
     def setup(self, context: MethodContext) -> None:
         if context.model_factory is None:
-            raise MR2InputError(NO_MODEL_FACTORY)
+            raise MR2InputError(_NO_MODEL_FACTORY)
         device = context.device
         n = context.num_train_samples
         self.biased_model = context.model_factory().to(device)
@@ -146,7 +146,7 @@ class LfF(TrainingMethod):
         if not self.training:
             return
         if self.biased_model is None:
-            raise MR2InputError(NOT_SET_UP)
+            raise MR2InputError(_NOT_SET_UP)
         self._inputs = inputs
         self._index = index.to(device=self.ema_biased.device, dtype=torch.long)
 
@@ -159,7 +159,7 @@ class LfF(TrainingMethod):
         if not self.training:
             return ce_debiased.mean()
         if self._inputs is None or self._index is None or self.biased_model is None:
-            raise MR2InputError(NO_BIASED_LOGITS)
+            raise MR2InputError(_NO_BIASED_LOGITS)
         inputs, index = self._inputs, self._index
         self._inputs, self._index = None, None
         self.biased_model.train()

@@ -13,7 +13,7 @@ from mr2.methods.registry import register_method
 
 __all__ = ["LogitAdjustment"]
 
-EMPTY_CLASS = (
+_EMPTY_CLASS = (
     "logit adjustment needs every class in the training set (log prior of an empty class is -inf); "
     "class_counts has zeros at {classes}."
 )
@@ -47,7 +47,7 @@ class LogitAdjustment(TrainingMethod):
         counts = context.class_counts.to(torch.float64)
         empty = (counts <= 0).nonzero().squeeze(1).tolist()
         if empty:
-            raise MR2InputError(EMPTY_CLASS.format(classes=empty))
+            raise MR2InputError(_EMPTY_CLASS.format(classes=empty))
         self.log_prior = (counts / counts.sum()).log().to(torch.float32).to(context.device)
 
     def forward(

@@ -35,8 +35,8 @@ __all__ = [
 
 UNKNOWN_METHOD = "unknown method {name!r}; valid methods: {choices}."
 UNKNOWN_OPTIONS = "unknown option(s) {unknown} for method {name!r}; valid options: {valid}."
-DUPLICATE_METHOD = "method name {name!r} is already registered by {owner}."
-NOT_A_METHOD = "register_method({name!r}) must decorate a TrainingMethod subclass; got {obj!r}."
+_DUPLICATE_METHOD = "method name {name!r} is already registered by {owner}."
+_NOT_A_METHOD = "register_method({name!r}) must decorate a TrainingMethod subclass; got {obj!r}."
 
 #: Modules of :mod:`mr2.methods` whose classes register themselves on import.
 BUILTIN_METHOD_MODULES: tuple[str, ...] = (
@@ -69,10 +69,10 @@ def register_method(name: str) -> Callable[[M], M]:
 
     def decorate(cls: M) -> M:
         if not (isinstance(cls, type) and issubclass(cls, TrainingMethod)):
-            raise TypeError(NOT_A_METHOD.format(name=name, obj=cls))
+            raise TypeError(_NOT_A_METHOD.format(name=name, obj=cls))
         owner = _REGISTRY.get(name)
         if owner is not None and owner.__qualname__ != cls.__qualname__:
-            raise MethodConfigError(DUPLICATE_METHOD.format(name=name, owner=owner.__qualname__))
+            raise MethodConfigError(_DUPLICATE_METHOD.format(name=name, owner=owner.__qualname__))
         cls.name = name
         _REGISTRY[name] = cls
         return cls

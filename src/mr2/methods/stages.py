@@ -13,7 +13,6 @@ import torch
 from mr2.checks import is_int
 
 __all__ = [
-    "BAD_STAGE1",
     "BAD_STAGE1_VALUE",
     "NO_INDEX",
     "STAGE2_TOO_EARLY",
@@ -26,7 +25,7 @@ BAD_STAGE1_VALUE = (
     "{method} option stage1_epochs must be an integer >= 1, or null for the default "
     "max(1, round(0.2 * epochs)); got {value!r}."
 )
-BAD_STAGE1 = (
+_BAD_STAGE1 = (
     "{method} option stage1_epochs must be smaller than the number of epochs ({epochs}), so that the "
     "second stage has at least one epoch; got {value!r}."
 )
@@ -72,5 +71,5 @@ def resolve_stage1(method: str, requested: int | None, epochs: int, error: type[
     """
     stage1 = max(1, round(0.2 * epochs)) if requested is None else requested
     if stage1 >= epochs:
-        raise error(BAD_STAGE1.format(method=method, epochs=epochs, value=stage1))
+        raise error(_BAD_STAGE1.format(method=method, epochs=epochs, value=stage1))
     return stage1

@@ -26,7 +26,7 @@ BAD_WEIGHT = "supcon option weight must be a number >= 0; got {value!r}."
 BAD_HEAD = f"supcon option head must be one of {listed(Head)}; got {{value!r}}."
 BAD_PAIRS = f"supcon option pairs must be one of {listed(Pairs)}; got {{value!r}}."
 BAD_DIM = "supcon option projection_dim must be an integer >= 1; got {value!r}."
-NOT_SET_UP = "SupCon.setup(context) must run before training: the projection head is sized to the features."
+_NOT_SET_UP = "SupCon.setup(context) must run before training: the projection head is sized to the features."
 
 
 def _positive(name: str, value: object) -> float:
@@ -123,7 +123,7 @@ class SupCon(TrainingMethod):
     def embed(self, features: torch.Tensor) -> torch.Tensor:
         """The L2-normalised projection ``v`` [B, projection_dim] (float32 at least)."""
         if self.head is None:
-            raise MethodConfigError(NOT_SET_UP)
+            raise MethodConfigError(_NOT_SET_UP)
         projected = self.head(features)
         return F.normalize(projected.to(working_dtype(projected)), dim=1)
 

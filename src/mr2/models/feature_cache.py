@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 CORRUPT_CACHE = "feature cache file {path} is unreadable or inconsistent ({reason}); rebuilding it"
-EMPTY_DATASET = "cannot extract features from an empty data set"
-BAD_FEATURES = "the backbone returned {shape} for a batch of {batch}; expected [batch, d] features"
+_EMPTY_DATASET = "cannot extract features from an empty data set"
+_BAD_FEATURES = "the backbone returned {shape} for a batch of {batch}; expected [batch, d] features"
 NO_WEIGHTS_TO_CACHE = (
     "model {name!r} has neither weights nor pretrained=True: its features are random and are not cached"
 )
@@ -101,7 +101,7 @@ def extract_features(
         (torch.Size([5, 2]), [0, 1, 0, 1, 1])
     """
     if len(dataset) == 0:  # type: ignore[arg-type]
-        raise ValueError(EMPTY_DATASET)
+        raise ValueError(_EMPTY_DATASET)
     was_training = backbone.training
     backbone.eval().to(device)
     pin = torch.device(device).type == "cuda"
@@ -115,7 +115,7 @@ def extract_features(
             inputs, targets = batch[0], batch[1]
             features = _features_of(backbone, inputs.to(device, non_blocking=True))
             if features.dim() != 2 or features.shape[0] != inputs.shape[0]:
-                raise ValueError(BAD_FEATURES.format(shape=list(features.shape), batch=inputs.shape[0]))
+                raise ValueError(_BAD_FEATURES.format(shape=list(features.shape), batch=inputs.shape[0]))
             feature_batches.append(features.float().cpu())
             label_batches.append(torch.as_tensor(targets, dtype=torch.int64).cpu())
     finally:

@@ -9,7 +9,7 @@ from torch import nn
 
 __all__ = ["ClassifierWithFeatures", "find_classifier"]
 
-NO_LINEAR_HEAD = (
+_NO_LINEAR_HEAD = (
     "could not find the final linear layer of {model}: pass head='<module name>' (e.g. 'fc' for "
     "torchvision ResNets, 'heads.head' for torchvision ViTs, 'head' for timm ViTs)."
 )
@@ -38,7 +38,7 @@ def find_classifier(model: nn.Module) -> str:
         if isinstance(module, nn.Linear):
             last = name
     if last is None:
-        raise ValueError(NO_LINEAR_HEAD.format(model=type(model).__name__))
+        raise ValueError(_NO_LINEAR_HEAD.format(model=type(model).__name__))
     return last
 
 

@@ -11,7 +11,7 @@ from mr2.models.classifier import BackboneClassifier
 
 __all__ = ["MLP"]
 
-NEEDS_HIDDEN_LAYER = "MLP needs at least one hidden layer, got hidden_dims={hidden_dims}"
+_NEEDS_HIDDEN_LAYER = "MLP needs at least one hidden layer, got hidden_dims={hidden_dims}"
 
 
 class MLP(BackboneClassifier):
@@ -39,7 +39,7 @@ class MLP(BackboneClassifier):
         dropout: float = 0.0,
     ) -> None:
         if not hidden_dims:
-            raise ValueError(NEEDS_HIDDEN_LAYER.format(hidden_dims=hidden_dims))
+            raise ValueError(_NEEDS_HIDDEN_LAYER.format(hidden_dims=hidden_dims))
         layers: list[nn.Module] = [nn.Flatten()]
         previous = math.prod(input_shape)
         for width in hidden_dims:

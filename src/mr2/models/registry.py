@@ -49,7 +49,7 @@ LIBRARY_REFUSED_OPTION = (
     "in `model.options` (see {library}'s documentation of the model for its keyword arguments)"
 )
 MODEL_REFUSED = "model {name!r} cannot be built from this config: {error}"
-NO_FEATURE_DIM = (
+_NO_FEATURE_DIM = (
     "cannot tell the feature dimension of {model}: it has no 'feature_dim' attribute and no nn.Linear layer"
 )
 
@@ -360,5 +360,5 @@ def feature_dim_of(model: nn.Module) -> int:
         if isinstance(module, nn.Linear):
             last = module
     if last is None:
-        raise ValueError(NO_FEATURE_DIM.format(model=type(model).__name__))
+        raise ValueError(_NO_FEATURE_DIM.format(model=type(model).__name__))
     return last.in_features

@@ -17,8 +17,8 @@ __all__ = ["ResNetCifar", "WideResNet", "resnet32", "wrn28_10"]
 Shortcut = Literal["A", "B"]
 _SHORTCUT_NOTES = {"A": "zero-padded identity", "B": "1x1 projection"}
 
-BAD_RESNET_DEPTH = "a CIFAR ResNet has depth 6n+2 (20, 32, 44, 56, 110, ...), got {depth}"
-BAD_WRN_DEPTH = "a wide ResNet has depth 6n+4 (16, 22, 28, 40, ...), got {depth}"
+_BAD_RESNET_DEPTH = "a CIFAR ResNet has depth 6n+2 (20, 32, 44, 56, 110, ...), got {depth}"
+_BAD_WRN_DEPTH = "a wide ResNet has depth 6n+4 (16, 22, 28, 40, ...), got {depth}"
 BAD_SHORTCUT = f"shortcut must be {either(Shortcut, _SHORTCUT_NOTES)}, got {{shortcut!r}}"
 
 
@@ -102,7 +102,7 @@ class ResNetCifar(BackboneClassifier):
         base_width: int = 16,
     ) -> None:
         if depth < 8 or (depth - 2) % 6:
-            raise ValueError(BAD_RESNET_DEPTH.format(depth=depth))
+            raise ValueError(_BAD_RESNET_DEPTH.format(depth=depth))
         if shortcut not in choices(Shortcut):
             raise ValueError(BAD_SHORTCUT.format(shortcut=shortcut))
         blocks_per_stage = (depth - 2) // 6
@@ -179,7 +179,7 @@ class WideResNet(BackboneClassifier):
         in_channels: int = 3,
     ) -> None:
         if depth < 10 or (depth - 4) % 6:
-            raise ValueError(BAD_WRN_DEPTH.format(depth=depth))
+            raise ValueError(_BAD_WRN_DEPTH.format(depth=depth))
         blocks_per_group = (depth - 4) // 6
         widths = (16 * widen_factor, 32 * widen_factor, 64 * widen_factor)
         layers: list[nn.Module] = [nn.Conv2d(in_channels, 16, 3, padding=1, bias=False)]

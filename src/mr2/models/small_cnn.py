@@ -11,7 +11,7 @@ from mr2.models.classifier import BackboneClassifier
 
 __all__ = ["SmallCNN"]
 
-INPUT_TOO_SMALL = "SmallCNN needs inputs of at least {minimum}x{minimum} pixels, got {size}"
+_INPUT_TOO_SMALL = "SmallCNN needs inputs of at least {minimum}x{minimum} pixels, got {size}"
 
 
 class ToChannelsLast(nn.Module):
@@ -59,7 +59,7 @@ class SmallCNN(BackboneClassifier):
         height, width = image_size
         shrink = 2 ** len(channels)
         if height < shrink or width < shrink:
-            raise ValueError(INPUT_TOO_SMALL.format(minimum=shrink, size=f"{height}x{width}"))
+            raise ValueError(_INPUT_TOO_SMALL.format(minimum=shrink, size=f"{height}x{width}"))
         layers: list[nn.Module] = [ToChannelsLast()]
         previous = in_channels
         for width_out in channels:

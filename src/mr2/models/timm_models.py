@@ -19,8 +19,8 @@ from mr2.models.weights import (
 
 __all__ = ["TimmClassifier", "build_timm_model", "split_timm_weights"]
 
-UNKNOWN_TIMM_MODEL = "timm has no model named {name!r}; similar names: {similar}"
-TIMM_LOAD_FAILED = "timm could not load {source} into {name}: {error}"
+_UNKNOWN_TIMM_MODEL = "timm has no model named {name!r}; similar names: {similar}"
+_TIMM_LOAD_FAILED = "timm could not load {source} into {name}: {error}"
 _TORCH_LOAD_ERROR = "Error(s) in loading state_dict"
 
 
@@ -103,7 +103,7 @@ def _check_name(name: str) -> None:
     if not timm.is_model(name):
         stem = name.split(".", 1)[0]
         similar = timm.list_models(f"*{stem[: max(3, len(stem) // 2)]}*")[:10]
-        raise ValueError(UNKNOWN_TIMM_MODEL.format(name=name, similar=", ".join(similar) or "none"))
+        raise ValueError(_UNKNOWN_TIMM_MODEL.format(name=name, similar=", ".join(similar) or "none"))
 
 
 def build_timm_model(
@@ -195,7 +195,7 @@ def build_timm_model(
     except RuntimeError as error:
         if _TORCH_LOAD_ERROR not in str(error):
             raise
-        raise WeightsMismatchError(TIMM_LOAD_FAILED.format(source=source, name=name, error=error)) from error
+        raise WeightsMismatchError(_TIMM_LOAD_FAILED.format(source=source, name=name, error=error)) from error
     for cfg_name in ("pretrained_cfg", "default_cfg"):
         cfg = getattr(model, cfg_name, None)
         if isinstance(cfg, dict):

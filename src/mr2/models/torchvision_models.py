@@ -31,8 +31,8 @@ UNSUPPORTED_TORCHVISION = (
     "torchvision model {name!r} is not supported: use one of the families {families} "
     "(e.g. resnet50, vit_b_16), or a timm model ('timm:<name>')"
 )
-NEEDS_RGB = "torchvision model {name!r} takes 3-channel images, got input_shape={shape}"
-VIT_NEEDS_SQUARE = "{name} needs square images (image_size), got input_shape={shape}"
+_NEEDS_RGB = "torchvision model {name!r} takes 3-channel images, got input_shape={shape}"
+_VIT_NEEDS_SQUARE = "{name} needs square images (image_size), got input_shape={shape}"
 
 
 def head_attribute(name: str) -> str:
@@ -145,10 +145,10 @@ def build_torchvision_model(
         raise ValueError(WEIGHTS_AND_PRETRAINED)
     shape = tuple(input_shape)
     if len(shape) != 3 or shape[0] != 3:
-        raise ValueError(NEEDS_RGB.format(name=name, shape=shape))
+        raise ValueError(_NEEDS_RGB.format(name=name, shape=shape))
     if name.startswith("vit_") and "image_size" not in options:
         if shape[1] != shape[2]:
-            raise ValueError(VIT_NEEDS_SQUARE.format(name=name, shape=shape))
+            raise ValueError(_VIT_NEEDS_SQUARE.format(name=name, shape=shape))
         options["image_size"] = shape[1]
     library_weights = "DEFAULT" if pretrained else None
     model = torchvision.models.get_model(name, weights=library_weights, **options)

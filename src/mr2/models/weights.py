@@ -43,7 +43,7 @@ WEIGHTS_REFUSED = (
     "plain container ({reason}), and unpickling it could run code (torch.load weights_only=True). "
     "Re-save only the tensors (torch.save(model.state_dict(), path)) or convert the file to .safetensors"
 )
-WEIGHTS_UNREADABLE = (
+_WEIGHTS_UNREADABLE = (
     "{path}: cannot read the weights file ({reason}). It is truncated or not a torch.save / "
     ".safetensors file; re-download or re-export it"
 )
@@ -54,9 +54,9 @@ NO_STATE_DICT = (
     "{path} holds no state_dict: expected a dict of tensors, or a checkpoint with a 'state_dict' or "
     "'model' entry; its top-level keys are: {keys}"
 )
-SAFETENSORS_MISSING = "reading {path} needs the 'safetensors' package (pip install safetensors)"
-PREFIX_NOT_FOUND = "no key of {source} starts with {prefix!r}; its keys start with: {prefixes}"
-WEIGHTS_MISMATCH = (
+_SAFETENSORS_MISSING = "reading {path} needs the 'safetensors' package (pip install safetensors)"
+_PREFIX_NOT_FOUND = "no key of {source} starts with {prefix!r}; its keys start with: {prefixes}"
+_WEIGHTS_MISMATCH = (
     "the weights in {source} do not fit {target}:\n"
     "  missing keys ({num_missing}): {missing}\n"
     "  unexpected keys ({num_unexpected}): {unexpected}\n"
@@ -121,7 +121,7 @@ def select_prefix(
     if not selected:
         prefixes = sorted({key.split(".", 1)[0] + "." for key in state_dict})[:_SHOWN_KEYS]
         raise WeightsMismatchError(
-            PREFIX_NOT_FOUND.format(source=source, prefix=prefix, prefixes=", ".join(prefixes))
+            _PREFIX_NOT_FOUND.format(source=source, prefix=prefix, prefixes=", ".join(prefixes))
         )
     return selected
 
@@ -141,11 +141,11 @@ def _read(path: Path) -> Any:
             from safetensors import SafetensorError
             from safetensors.torch import load_file
         except ImportError as error:  # pragma: no cover - safetensors ships with timm
-            raise ImportError(SAFETENSORS_MISSING.format(path=path)) from error
+            raise ImportError(_SAFETENSORS_MISSING.format(path=path)) from error
         try:
             return load_file(str(path), device="cpu")
         except (SafetensorError, OSError) as error:
-            raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
+            raise WeightsFileError(_WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -155,9 +155,9 @@ def _read(path: Path) -> Any:
             raise WeightsFileError(WEIGHTS_REFUSED.format(path=path, reason=reason)) from error
         detail = _UNPICKLER_DETAIL.search(str(error))  # not a pickle at all
         reason = f"UnpicklingError: {detail.group(1)}" if detail else _one_line(error)
-        raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=reason)) from error
+        raise WeightsFileError(_WEIGHTS_UNREADABLE.format(path=path, reason=reason)) from error
     except (RuntimeError, OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise WeightsFileError(WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
+        raise WeightsFileError(_WEIGHTS_UNREADABLE.format(path=path, reason=_one_line(error))) from error
 
 
 def _is_state_dict(obj: Any) -> bool:
@@ -255,7 +255,7 @@ def check_state_dict(
     ]
     if missing or unexpected or shapes:
         raise WeightsMismatchError(
-            WEIGHTS_MISMATCH.format(
+            _WEIGHTS_MISMATCH.format(
                 source=source,
                 target=target or type(module).__name__,
                 num_missing=len(missing),

@@ -27,11 +27,11 @@ __all__ = ["ClassFeatureStatistics", "Estimator", "PendingUpdate"]
 
 Estimator = Literal["pooled", "batch"]
 
-BAD_MOMENTUM = "momentum (the moving-average decay) must be in [0, 1); got {value!r}."
-BAD_NORM_P = "norm_p must be a number >= 1; got {value!r}."
+_BAD_MOMENTUM = "momentum (the moving-average decay) must be in [0, 1); got {value!r}."
+_BAD_NORM_P = "norm_p must be a number >= 1; got {value!r}."
 _ESTIMATOR_NOTES = {"pooled": "default", "batch": "released code"}
-BAD_ESTIMATOR = f"estimator must be {either(Estimator, _ESTIMATOR_NOTES)}; got {{value!r}}."
-CENTER_NEEDS_POOLED = "center=True needs estimator='pooled' (the class means it centres on)."
+_BAD_ESTIMATOR = f"estimator must be {either(Estimator, _ESTIMATOR_NOTES)}; got {{value!r}}."
+_CENTER_NEEDS_POOLED = "center=True needs estimator='pooled' (the class means it centres on)."
 DEFER_NEEDS_POOLED_L2 = (
     "accumulating statistics over micro-batches needs estimator='pooled' and norm_p=2 (their updates "
     "are sums, so k micro-batches add up to one batch); got estimator={estimator!r}, norm_p={norm_p}. "
@@ -161,12 +161,12 @@ class ClassFeatureStatistics(nn.Module):
         super().__init__()
         self.num_classes = check_num_classes(num_classes)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
-            raise MR2InputError(BAD_MOMENTUM.format(value=momentum))
+            raise MR2InputError(_BAD_MOMENTUM.format(value=momentum))
         if not (isinstance(norm_p, (int, float)) and norm_p >= 1.0):
-            raise MR2InputError(BAD_NORM_P.format(value=norm_p))
-        check_choice(estimator, Estimator, BAD_ESTIMATOR, MR2InputError)
+            raise MR2InputError(_BAD_NORM_P.format(value=norm_p))
+        check_choice(estimator, Estimator, _BAD_ESTIMATOR, MR2InputError)
         if center and estimator != "pooled":
-            raise MR2InputError(CENTER_NEEDS_POOLED)
+            raise MR2InputError(_CENTER_NEEDS_POOLED)
         self.momentum = float(momentum)
         self.norm_p = float(norm_p)
         self.center = bool(center)
