@@ -1,5 +1,6 @@
-"""ClasswiseDisparity (a torchmetrics Metric): equals DisparityReport.from_predictions, flattens for
-log_dict, and 2 gloo processes give what 1 process gives."""
+"""ClasswiseDisparity (a torchmetrics Metric): equals a float64 oracle of plain loops over the samples
+and DisparityReport.from_predictions, flattens for log_dict, and 2 gloo processes give what 1 process
+gives."""
 
 from __future__ import annotations
 
@@ -26,6 +27,90 @@ def batches(seed: int, num_samples: int, num_classes: int) -> tuple[torch.Tensor
     logits = torch.randn(num_samples, num_classes, generator=generator)
     logits[torch.arange(num_samples), target] += 0.8
     return logits, target
+
+
+def oracle(predicted: list[int], target: list[int], num_classes: int, *, bottom_fraction: float = 0.1,
+           num_tiers: int = 3) -> dict:
+    """The disparity summary by plain loops over the samples and classes, in float64 (Python floats):
+    per-class accuracy (None for a class without samples), overall, worst / best class (lowest id among
+    ties), difference, ratio, mean, std (ddof = 0), the mean of the ceil(f K') worst classes, and the
+    tiers ranked by the run's own accuracy (descending, ties by id; np.array_split sizes)."""
+    support = [0] * num_classes
+    correct = [0] * num_classes
+    for p, y in zip(predicted, target, strict=True):
+        support[y] += 1
+        correct[y] += int(p == y)
+    by_class = [correct[k] / support[k] if support[k] else None for k in range(num_classes)]
+    present = [k for k in range(num_classes) if support[k]]
+    accs = [by_class[k] for k in present]
+    worst = min(present, key=lambda k: (by_class[k], k))
+    best = min(present, key=lambda k: (-by_class[k], k))
+    mean = sum(accs) / len(accs)
+    std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))
+    count = max(1, math.ceil(round(bottom_fraction * len(accs), 9)))
+    ranked = sorted(present, key=lambda k: (-by_class[k], k))  # easiest first
+    tiers = min(num_tiers, len(present))
+    sizes = [len(ranked) // tiers + (1 if t < len(ranked) % tiers else 0) for t in range(tiers)]
+    tier_accuracy, start = [], 0
+    for size in sizes:
+        members = ranked[start:start + size]
+        tier_accuracy.append(sum(by_class[k] for k in members) / len(members))
+        start += size
+    return {
+        "by_class": by_class,
+        "overall": sum(correct) / sum(support),
+        "worst_class": worst,
+        "best_class": best,
+        "group_min": by_class[worst],
+        "group_max": by_class[best],
+        "difference": by_class[best] - by_class[worst],
+        "ratio": by_class[worst] / by_class[best],
+        "mean_class_accuracy": mean,
+        "std": std,
+        "bottom_mean": sum(sorted(accs)[:count]) / count,
+        "tier_accuracy": tier_accuracy,
+    }
+
+
+def row_argmax(row: list[float]) -> int:
+    best = 0
+    for k, value in enumerate(row):
+        if value > row[best]:
+            best = k
+    return best
+
+
+@pytest.mark.parametrize(("num_classes", "absent"), [(2, None), (7, 3), (10, None), (100, None)])
+def test_equals_a_float64_oracle_of_loops_over_the_samples(num_classes: int, absent: int | None) -> None:
+    logits, target = batches(num_classes + 7, 1500, num_classes)
+    if absent is not None:  # a class without test samples: NaN, left out of every summary
+        target[target == absent] = (absent + 1) % num_classes
+    metric = ClasswiseDisparity(num_classes)
+    for start in range(0, 1500, 64):  # logits in some batches, ids in others
+        chunk = slice(start, start + 64)
+        preds = logits[chunk] if start % 128 == 0 else logits[chunk].argmax(dim=1)
+        metric.update(preds, target[chunk])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if absent is not None else "error", MissingClassWarning)
+        report = metric.compute()
+        logged = metric.to_log_dict()
+    want = oracle([row_argmax(row) for row in logits.double().tolist()], target.tolist(), num_classes)
+    close = {"rel": 1e-12, "abs": 1e-15}
+    got_by_class = report.by_class.tolist()
+    assert [math.isnan(a) for a in got_by_class] == [a is None for a in want["by_class"]]
+    assert [a for a in got_by_class if not math.isnan(a)] == pytest.approx(
+        [a for a in want["by_class"] if a is not None], **close
+    )
+    assert (report.worst_class(), report.best_class()) == (want["worst_class"], want["best_class"])
+    assert report.ratio() == pytest.approx(want["ratio"], **close)
+    assert list(report.tier_accuracy().values()) == pytest.approx(want["tier_accuracy"], **close)
+    for name, key in (("overall", "overall"), ("worst_class_accuracy", "group_min"),
+                      ("best_class_accuracy", "group_max"), ("difference", "difference"),
+                      ("mean_class_accuracy", "mean_class_accuracy"), ("std", "std"),
+                      ("bottom_mean", "bottom_mean")):
+        assert logged[name] == pytest.approx(want[key], **close), name
+    # The data is neither trivial nor hopeless: above chance, below perfect, classes unequal.
+    assert 1.0 / num_classes < want["overall"] < 0.95 and want["difference"] > 0
 
 
 def test_is_a_torchmetrics_metric_with_a_summed_confusion_state() -> None:
