@@ -18,7 +18,15 @@ import types
 from collections.abc import Mapping
 from typing import Any, Literal, Union, get_args, get_origin
 
-__all__ = ["MR2Error", "check_choice", "choices", "either", "listed"]
+__all__ = ["COMMAND_ERROR", "COMMAND_WRITE_FAILED", "MR2Error", "check_choice", "choices", "either", "listed"]
+
+#: How a command (``mr2 train``, a sweep's run) reports an :class:`MR2Error` it did not catch: one line.
+COMMAND_ERROR = "{command}: error: {error}"
+#: How a command reports a write the operating system refused (:class:`mr2.io.WriteError`): one line.
+COMMAND_WRITE_FAILED = (
+    "{command}: error: could not write {path}: {reason}; every file written before it is complete (atomic "
+    "writes): free space, fix the path or choose another output directory, then run the same command again"
+)
 
 
 class MR2Error(Exception):

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Collection, Sequence
 
 from mr2 import __version__
+from mr2.errors import COMMAND_ERROR, COMMAND_WRITE_FAILED
 
 #: (subcommand, module, one-line help)
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -48,14 +49,8 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
-WRITE_FAILED = (
-    "{command}: error: could not write {path}: {reason}; every file written before it is complete (atomic "
-    "writes): free space, fix the path or choose another output directory, then run the same command again"
-)
-
-
-#: An :class:`~mr2.errors.MR2Error` a subcommand did not catch itself, on one line.
-USER_ERROR = "{command}: error: {error}"
+#: A refused write, and an :class:`~mr2.errors.MR2Error` a subcommand did not catch itself, on one line.
+WRITE_FAILED, USER_ERROR = COMMAND_WRITE_FAILED, COMMAND_ERROR
 
 
 def _named_command(argv: Sequence[str]) -> list[str]:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-from mr2.config import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,14 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train one run. An :class:`~mr2.errors.MR2Error` (bad config, data, method options...) reaches
-    :func:`mr2.cli.main.main`, which prints it on one line and returns 2."""
-    from mr2.engine.run import train
+    """Train one run: :func:`mr2.engine.run.train_from_config_file` (bad input is one line, exit 2)."""
+    from mr2.engine.run import train_from_config_file
 
-    notes: list[str] = []
-    config = load_config(args.config, args.overrides, notes)
-    for note in notes:
-        print(f"mr2 train: note: {note}", file=sys.stderr)
-    final = train(config, overwrite=args.overwrite, quiet=args.quiet)
-    print(f"test accuracy {final['overall_accuracy']:.4f} ({config.output_dir}/{config.name}/final.json)")
-    return 0
+    return train_from_config_file(args.config, args.overrides, overwrite=args.overwrite, quiet=args.quiet)

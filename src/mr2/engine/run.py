@@ -1,4 +1,5 @@
-"""Whole runs: ``mr2 train`` (:func:`train`, :class:`TrainingSession`), ``mr2 eval`` (:func:`evaluate_run`).
+"""Whole runs: ``mr2 train`` (:func:`train`, :class:`TrainingSession`, :func:`train_from_config_file`),
+``mr2 eval`` (:func:`evaluate_run`).
 
 The order of a run's start is what makes bad input harmless: the configuration is validated, the
 run directory is checked (read-only: it can be written, no other process owns it, and for
@@ -15,12 +16,14 @@ import dataclasses
 import errno
 import os
 import shutil
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from mr2.config import RunConfig, config_from_dict, config_to_dict
+from mr2.config import RunConfig, config_from_dict, config_to_dict, load_config
 from mr2.engine.builders import RunData, build_data
 from mr2.engine.checkpoint import CheckpointError, load_checkpoint
 from mr2.engine.final import NO_VALIDATION, final_record, write_predictions
@@ -28,10 +31,14 @@ from mr2.engine.fit import fit_epochs
 from mr2.engine.logger import TrainingLog
 from mr2.engine.runtime import RunError, Runtime, seed_everything
 from mr2.engine.trainer import Trainer
+from mr2.errors import COMMAND_ERROR, COMMAND_WRITE_FAILED, MR2Error
 from mr2.io import WriteError
 from mr2.rundir import RunDirectory, RunDirectoryError, RunLock, RunLockedError
 
-__all__ = ["DISK_FULL", "WRITE_FAILED", "RunError", "TrainingSession", "evaluate_run", "train"]
+__all__ = [
+    "DISK_FULL", "WRITE_FAILED", "RunError", "TrainingSession", "evaluate_run", "train",
+    "train_from_config_file",
+]
 
 NO_BEST = (
     "{path} was trained with select: best_val but has no checkpoints/best.pt (no epoch improved the "
@@ -220,6 +227,42 @@ def train(config: RunConfig, *, overwrite: bool = False, quiet: bool = False) ->
     final = TrainingSession(config, overwrite=overwrite, quiet=quiet).fit()
     assert final is not None
     return final
+
+
+#: The errors a command reports on one line (exit code 2): bad input, whose message says how to fix it.
+_USER_ERRORS = (MR2Error, RunDirectoryError, RunLockedError)
+
+
+def train_from_config_file(
+    config_file: str | os.PathLike[str] | None,
+    overrides: Sequence[str] = (),
+    *,
+    overwrite: bool = False,
+    quiet: bool = False,
+    command: str = "mr2 train",
+) -> int:
+    """What ``mr2 train --config FILE [--set KEY=VALUE ...]`` does, as a function that returns its exit code.
+
+    Loads the configuration (notes on stderr), trains, prints ``test accuracy ...`` on stdout and
+    returns 0. Bad input (an :class:`~mr2.errors.MR2Error`, a run directory's error) and a write the
+    operating system refuses are one line on stderr, prefixed with ``command``, and return 2; anything
+    else is a bug and raises. The command line and every run of a sweep train through it.
+    """
+    try:
+        notes: list[str] = []
+        config = load_config(config_file, overrides, notes)
+        for note in notes:
+            print(f"{command}: note: {note}", file=sys.stderr)
+        final = train(config, overwrite=overwrite, quiet=quiet)
+    except WriteError as error:  # the operating system refused a write: not a bug of mr2's
+        print(COMMAND_WRITE_FAILED.format(command=command, path=error.filename, reason=error.strerror),
+              file=sys.stderr)
+        return 2
+    except _USER_ERRORS as error:
+        print(COMMAND_ERROR.format(command=command, error=error), file=sys.stderr)
+        return 2
+    print(f"test accuracy {final['overall_accuracy']:.4f} ({config.output_dir}/{config.name}/final.json)")
+    return 0
 
 
 def evaluate_run(

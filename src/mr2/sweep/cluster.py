@@ -82,10 +82,10 @@ class TrainJob:
                            self.config_file]
                 code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
             else:
-                from mr2.cli.main import main
+                from mr2.engine.run import train_from_config_file
 
                 with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                    code = main(["train", "--config", self.config_file])
+                    code = train_from_config_file(self.config_file)
         if code != 0:
             raise RuntimeError(TRAIN_FAILED.format(code=code, log=self.log_file))
         return self.config_file

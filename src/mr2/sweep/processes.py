@@ -147,8 +147,6 @@ def default_threads(workers: int) -> int:
 #: Imported once by the fork server, so that each run starts in milliseconds instead of seconds.
 _PRELOAD = (
     "mr2.sweep.tether",  # first: ties the fork server to the sweep before the slow imports
-    "mr2.cli.main",
-    "mr2.cli.train",
     "mr2.engine.run",
     "mr2.engine.builders",
     "mr2.models.registry",
@@ -161,7 +159,7 @@ _PRELOAD = (
 
 def _train_in_child(config_file: str, log_file: str, threads: int, visible_devices: str | None,
                     sweep_pid: int) -> None:
-    """Body of a forked trainer: tied to the sweep's life, output to the log, ``mr2 train``."""
+    """Body of a forked trainer: tied to the sweep's life, output to the log, ``mr2 train``'s work."""
     _arm_death_signal(sweep_pid, os.getppid())
     if visible_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices  # before CUDA is initialised
@@ -175,10 +173,10 @@ def _train_in_child(config_file: str, log_file: str, threads: int, visible_devic
     import torch
 
     torch.set_num_threads(threads)
-    from mr2.cli.main import main
+    from mr2.engine.run import train_from_config_file
 
     try:
-        code = main(["train", "--config", config_file])
+        code = train_from_config_file(config_file)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
