@@ -9,10 +9,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
+from mr2.config.annotations import describe, matches
 from mr2.config.errors import ConfigError
 from mr2.config.names import check_name
 from mr2.config.shown import Shown
-from mr2.value_types import is_int, is_number
+from mr2.value_types import is_number
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -239,40 +240,6 @@ def _raise_failed(checks: list[tuple[str, bool, str]]) -> None:
             raise ConfigError(_BAD_VALUE.format(path=path, problem=problem))
 
 
-def _describe(annotation: Any) -> str:
-    origin = get_origin(annotation)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(annotation))
-    if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in get_args(annotation))
-    if annotation is type(None):
-        return "null"
-    if origin is dict:
-        return "a mapping"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def _matches(value: Any, annotation: Any) -> bool:
-    origin = get_origin(annotation)
-    if annotation is Any:
-        return True
-    if origin is Literal:
-        return value in get_args(annotation)
-    if origin in (Union, types.UnionType):
-        return any(_matches(value, a) for a in get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin is dict:
-        return isinstance(value, dict)
-    if annotation is float:
-        return is_number(value)
-    if annotation is int:
-        return is_int(value)
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True
-
-
 def _takes_float(annotation: Any) -> bool:
     """``float`` or a union with ``float`` (``float | None``)."""
     return annotation is float or (get_origin(annotation) in (Union, types.UnionType)
@@ -314,13 +281,13 @@ def _build(cls: type, data: Any, path: str) -> Any:
         if dataclasses.is_dataclass(annotation):
             kwargs[key] = _build(annotation, value, key_path)  # type: ignore[arg-type]
             continue
-        if not _matches(value, annotation):
+        if not matches(value, annotation):
             raise ConfigError(
-                _WRONG_TYPE.format(path=key_path, expected=_describe(annotation), value=Shown(value),
+                _WRONG_TYPE.format(path=key_path, expected=describe(annotation), value=Shown(value),
                                   type=type(value).__name__)
             )
         if _takes_float(annotation) and is_number(value):
-            value = _finite_float(value, key_path, _describe(annotation))
+            value = _finite_float(value, key_path, describe(annotation))
         kwargs[key] = value
     return cls(**kwargs)
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
 import re
-import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 from torch import nn
 
-from mr2.checks import is_int, is_number
+from mr2.config.annotations import describe, matches
 from mr2.config.schema import ModelSection
+from mr2.config.shown import shown
 from mr2.errors import MR2Error
 from mr2.models.classifier import BackboneClassifier
 from mr2.models.linear_head import LinearHead
@@ -146,7 +145,6 @@ def model_options(name: str) -> tuple[str, ...]:
     )
 
 
-_SEQUENCES = (collections.abc.Sequence, list, tuple)
 #: How a message names a value of a type, and a list of them.
 _NAMES: dict[Any, tuple[str, str]] = {
     int: ("an integer", "integers"),
@@ -154,60 +152,6 @@ _NAMES: dict[Any, tuple[str, str]] = {
     bool: ("true or false", "booleans"),
     str: ("a string", "strings"),
 }
-_SHOWN = 60
-
-
-def _describe(annotation: Any) -> str:
-    """How a message names the values ``annotation`` admits (``a list of integers``)."""
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Literal:
-        return "one of " + ", ".join(map(repr, args))
-    if origin in (Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _describe(a) for a in args)
-    if origin in _SEQUENCES:
-        item = args[0] if args and (len(args) == 1 or args[-1] is Ellipsis) else None
-        if item is not None and item in _NAMES:
-            return f"a list of {_NAMES[item][1]}"
-        if args and origin is tuple:
-            return f"a list of {len(args)} values ({', '.join(_describe(a) for a in args)})"
-        return "a list"
-    return _NAMES.get(annotation, (getattr(annotation, "__name__", str(annotation)), ""))[0]
-
-
-def _matches(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` (from YAML: a list for a sequence, an int for a float) fits ``annotation``.
-    Annotations it cannot judge admit anything (the constructor then decides)."""
-    origin, args = get_origin(annotation), get_args(annotation)
-    if annotation is Any:
-        return True
-    if origin is Literal:
-        # The type only: a value of the right type that is not allowed is the constructor's to refuse
-        # (its message explains the choices).
-        return any(type(value) is type(a) for a in args)
-    if origin in (Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if annotation is type(None):
-        return value is None
-    if origin in _SEQUENCES:
-        if not isinstance(value, (list, tuple)):
-            return False
-        if not args:
-            return True
-        if len(args) == 1 or args[-1] is Ellipsis:
-            return all(_matches(item, args[0]) for item in value)
-        return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
-    if annotation is float:
-        return is_number(value)
-    if annotation is int:
-        return is_int(value)
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 def _check_own_options(name: str, options: dict[str, Any]) -> None:
@@ -224,10 +168,12 @@ def _check_own_options(name: str, options: dict[str, Any]) -> None:
     hints = typing.get_type_hints(constructor.__init__)
     for key, value in options.items():
         annotation = hints.get(key, Any)
-        if not _matches(value, annotation):
+        # A Literal's type only: a value of the right type that is not allowed is the constructor's to
+        # refuse (its message explains the choices).
+        if not matches(value, annotation, literal="type"):
             raise ModelConfigError(
                 OPTION_WRONG_TYPE.format(
-                    name=name, key=key, expected=_describe(annotation), value=_shown(value),
+                    name=name, key=key, expected=describe(annotation, _NAMES), value=shown(value),
                     type=type(value).__name__,
                 )
             )
