@@ -1,5 +1,5 @@
 """When every run of a sweep fails for the same reason, the sweep says so in one line on the terminal,
-quoting the first failure's log (issue 26 item 2: the Python example of docs/sweeps.md, run as a
+quoting the first failure's log (the Python example of docs/sweeps.md, run as a
 script without an ``if __name__ == "__main__":`` guard, failed all six runs with ``train.log`` files
 holding only their header, and the cause buried on stderr)."""
 

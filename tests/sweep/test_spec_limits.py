@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from mr2.cli.main import main
+from mr2.config.schema import MAX_SEED
 from mr2.sweep import SweepSpecError, spec_from_dict
-from mr2.sweep.spec import MAX_RUNS, MAX_SEED, MAX_SEEDS
+from mr2.sweep.spec import MAX_RUNS, MAX_SEEDS
 
 BASE = {"data": {"name": "synthetic"}, "model": {"name": "mlp"}}
 

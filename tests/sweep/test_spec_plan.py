@@ -224,7 +224,7 @@ def test_study_presets_use_the_protocol_and_label_their_variants():
 
 
 def test_readmes_run_config_is_a_sweep_base(tmp_path):
-    # issue 26 item 5: README's run configuration (it names the run, its seed and an MR2 method with
+    # README's run configuration (it names the run, its seed and an MR2 method with
     # options) was refused as a sweep's base ('base.name' sets 'name'), and MR2's options then made the
     # ERM entry invalid. The sweep sets name, seed and output_dir per run; the base's method options
     # are its method's, given to the entries of that method only.

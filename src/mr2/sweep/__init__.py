@@ -27,9 +27,10 @@ from mr2.lazy import lazy_exports
 if TYPE_CHECKING:
     from mr2.sweep.plan import RunPoint, format_value, plan_sweep
     from mr2.sweep.presets import load_preset, preset_descriptions, preset_names, preset_path
+    from mr2.sweep.processes import SweepInterrupted
     from mr2.sweep.report import SweepReport, SweepReportError, write_sweep_report
     from mr2.sweep.run import SweepResult, describe_plan, prepare_sweep, run_sweep
-    from mr2.sweep.runner import RunOutcome, SweepInterrupted, run_points
+    from mr2.sweep.runner import RunOutcome, run_points
     from mr2.sweep.selection import Selection, SelectionError, SettingScore, select_settings
     from mr2.sweep.spec import (
         MethodEntry,
@@ -58,7 +59,7 @@ EXPORTS: dict[str, str] = {
     "prepare_sweep": "mr2.sweep.run",
     "run_sweep": "mr2.sweep.run",
     "RunOutcome": "mr2.sweep.runner",
-    "SweepInterrupted": "mr2.sweep.runner",
+    "SweepInterrupted": "mr2.sweep.processes",
     "run_points": "mr2.sweep.runner",
     "Selection": "mr2.sweep.selection",
     "SelectionError": "mr2.sweep.selection",

@@ -54,7 +54,6 @@ __all__ = [
     "FINISHED_ELSEWHERE",
     "IN_USE",
     "RunOutcome",
-    "SweepInterrupted",
     "finished_config_mismatch",
     "pending_points",
     "run_points",

@@ -32,11 +32,10 @@ NO_VALIDATION = (
     "run {run} has no validation results in final.json, so {label}'s settings cannot be compared "
     "without looking at the test split; set data.val_fraction > 0 in the sweep's base configuration"
 )
-NOTHING_FINISHED = "method entry {label!r} has no finished run; nothing to select"
 
 
 class SelectionError(ValueError):
-    """Hyperparameters cannot be selected (no validation split, no finished run)."""
+    """Hyperparameters cannot be selected (a run without validation results)."""
 
 
 def validation_metric(run: RunRecord, select_by: str) -> float:

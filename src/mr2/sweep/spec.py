@@ -58,7 +58,6 @@ from mr2.value_types import is_int
 
 __all__ = [
     "MAX_RUNS",
-    "MAX_SEED",
     "MAX_SEEDS",
     "MAX_WORKERS",
     "SELECT_BY",

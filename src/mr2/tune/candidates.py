@@ -22,7 +22,6 @@ __all__ = [
     "FULL_MARGIN_SCALES",
     "FULL_VARIANTS",
     "NO_NUM_CLASSES",
-    "PENDING_VARIANTS",
     "QUICK_VARIANTS",
     "REFERENCE_LABEL",
     "Candidate",
@@ -34,9 +33,6 @@ __all__ = [
 REFERENCE_LABEL = "erm"
 #: Variants of ``quick``, each at ``c_bar = 1``.
 QUICK_VARIANTS = ("paper", "logit_only", "distance_1d")
-#: Variants that belong in ``full`` once :meth:`mr2.losses.MR2Loss.from_variant` knows them (issue 11
-#: item 3's additive-margin form); they are added automatically when it does.
-PENDING_VARIANTS = ("additive_margin",)
 #: Methods of ``full`` besides MR2, each at its defaults: the reviewers' baselines (center loss,
 #: one-stage SupCon, hardness-based resampling) and the two that lifted hard classes on the reference
 #: protocol (JTT, class-level group DRO).
@@ -48,14 +44,8 @@ FULL_C_BARS = (0.5, 1.0, 2.0)
 FULL_MARGIN_SCALES = (0.25, 0.5, 1.0)
 
 
-def _known(variants: tuple[str, ...]) -> tuple[str, ...]:
-    from mr2.losses.mr2 import VARIANTS
-
-    return tuple(v for v in variants if v in VARIANTS)
-
-
-#: Variants of ``full`` (the pending ones the installed MR2 loss knows included).
-FULL_VARIANTS = QUICK_VARIANTS + _known(PENDING_VARIANTS)
+#: Variants of ``full``: those of ``quick`` and the additive-margin form.
+FULL_VARIANTS = (*QUICK_VARIANTS, "additive_margin")
 #: The candidate sets ``--candidates`` accepts.
 CANDIDATE_SETS = ("quick", "full")
 BAD_CANDIDATE_SET = (

@@ -51,7 +51,6 @@ from mr2.tune.verdict import Verdict, VerdictError, judge
 
 __all__ = [
     "RECOMMENDATION_FILE",
-    "TuneInputError",
     "TuneOutcome",
     "TuneRequest",
     "describe_tune",

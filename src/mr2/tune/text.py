@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice, rule_text
+from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice
 from mr2.tune.verdict import (
     CONFIRMED,
     CONTRADICTED,
@@ -22,7 +22,7 @@ from mr2.tune.verdict import (
     Verdict,
 )
 
-__all__ = ["ERM_AT_FIRST_USE", "choice_table", "choice_text", "rule_text", "size_warning", "verdict_text"]
+__all__ = ["ERM_AT_FIRST_USE", "choice_table", "choice_text", "size_warning", "verdict_text"]
 
 #: How ERM is introduced at its first use in a block.
 ERM_AT_FIRST_USE = "ERM (plain cross-entropy training, the reference)"
