@@ -180,11 +180,26 @@ def _check_own_options(name: str, options: dict[str, Any]) -> None:
 
 
 def _build_library_model(
-    library: str, name: str, options: dict[str, Any], build: Callable[[], BackboneClassifier]
+    library: str,
+    build: Callable[..., BackboneClassifier],
+    config: ModelSection,
+    num_classes: int,
+    input_shape: tuple[int, ...],
 ) -> BackboneClassifier:
-    """Call a timm / torchvision builder; turn what a bad config makes it raise into ModelConfigError."""
+    """Call a timm / torchvision builder with the model's name (its library prefix removed), weights
+    and options; turn what a bad config makes it raise into ModelConfigError."""
+    name, options = config.name, dict(config.options)
     try:
-        return build()
+        return build(
+            name.removeprefix(f"{library}:"),
+            num_classes,
+            input_shape,
+            weights=config.weights,
+            pretrained=config.pretrained,
+            load_head=config.load_head,
+            weights_key_prefix=config.weights_key_prefix,
+            **options,
+        )
     except TypeError as error:
         match = _UNEXPECTED_KEYWORD.search(str(error))
         if match is None or match.group(1) not in options:
@@ -245,37 +260,9 @@ def build_model(config: ModelSection, num_classes: int, input_shape: tuple[int, 
             state_dict = load_state_dict_file(config.weights, key_prefix=config.weights_key_prefix)
             model.load_weights(state_dict, load_head=config.load_head, source=config.weights)
     elif name in _TORCHVISION_NAMES or name.startswith(TORCHVISION_PREFIX):
-        model = _build_library_model(
-            "torchvision",
-            name,
-            options,
-            lambda: build_torchvision_model(
-                name.removeprefix(TORCHVISION_PREFIX),
-                num_classes,
-                input_shape,
-                weights=config.weights,
-                pretrained=config.pretrained,
-                load_head=config.load_head,
-                weights_key_prefix=config.weights_key_prefix,
-                **options,
-            ),
-        )
+        model = _build_library_model("torchvision", build_torchvision_model, config, num_classes, input_shape)
     elif name.startswith(TIMM_PREFIX):
-        model = _build_library_model(
-            "timm",
-            name,
-            options,
-            lambda: build_timm_model(
-                name.removeprefix(TIMM_PREFIX),
-                num_classes,
-                input_shape,
-                weights=config.weights,
-                pretrained=config.pretrained,
-                load_head=config.load_head,
-                weights_key_prefix=config.weights_key_prefix,
-                **options,
-            ),
-        )
+        model = _build_library_model("timm", build_timm_model, config, num_classes, input_shape)
     else:
         raise ModelConfigError(UNKNOWN_MODEL.format(name=name, names=", ".join(MODEL_NAMES)))
     if config.freeze_backbone:
