@@ -10,18 +10,15 @@ import torch.nn.functional as F
 
 import mr2.functional as MF
 from core import oracles
+from helpers import classification_batch
 from mr2.checks import MR2InputError
 
-
-def _batch(b=12, k=4, d=5, dtype=torch.float64, scale=1.0):
-    logits = torch.randn(b, k, dtype=dtype) * 3
-    features = torch.randn(b, d, dtype=dtype) * scale
-    target = torch.randint(0, k, (b,))
-    return logits, features, target
+#: Standard normal features, random class ids (tests/helpers.py).
+GAUSSIAN = {"balanced": False, "spread_by_class": False}
 
 
 def test_logit_margin_loss_matches_oracle():
-    logits, _, target = _batch()
+    logits, _, target = classification_batch(12, 4, 5, **GAUSSIAN)
     gamma = torch.rand(4, dtype=torch.float64) * 2 + 0.2
     got = MF.logit_margin_loss(logits, target, gamma)
     assert got.dtype == torch.float64
@@ -29,7 +26,7 @@ def test_logit_margin_loss_matches_oracle():
 
 
 def test_logit_margin_loss_with_unit_temperatures_is_cross_entropy():
-    logits, _, target = _batch(dtype=torch.float32)
+    logits, _, target = classification_batch(12, 4, 5, dtype=torch.float32, **GAUSSIAN)
     got = MF.logit_margin_loss(logits, target, torch.ones(4))
     torch.testing.assert_close(got, F.cross_entropy(logits, target))
 
@@ -45,7 +42,7 @@ def test_logit_margin_loss_stable_for_small_temperature():
 @pytest.mark.parametrize("pair_mode", ["dense", "sparse", "auto"])
 @pytest.mark.parametrize("temperature", [1.0, 7.5])
 def test_representation_margin_loss_matches_oracle(temperature, pair_mode):
-    _, features, target = _batch(b=14, k=3, d=4)
+    _, features, target = classification_batch(14, 3, 4, **GAUSSIAN)
     margin = 1.7
     got = MF.representation_margin_loss(
         features, target, margin, temperature=temperature, reduction="none", pair_mode=pair_mode
@@ -57,7 +54,7 @@ def test_representation_margin_loss_matches_oracle(temperature, pair_mode):
 
 
 def test_sparse_and_dense_pairs_agree_in_value_and_gradient_with_many_classes():
-    _, features, target = _batch(b=40, k=25, d=6, scale=2.0)
+    _, features, target = classification_batch(40, 25, 6, scale=2.0, **GAUSSIAN)
     grads = []
     for mode in ("dense", "sparse"):
         f = features.clone().requires_grad_()
@@ -74,7 +71,7 @@ def test_sparse_and_dense_pairs_agree_in_value_and_gradient_with_many_classes():
 
 @pytest.mark.parametrize("pair_mode", ["dense", "sparse"])
 def test_representation_margin_loss_partner_pool_matches_full_batch(pair_mode):
-    _, features, target = _batch(b=10, k=3, d=4)
+    _, features, target = classification_batch(10, 3, 4, **GAUSSIAN)
     full = MF.representation_margin_loss(features, target, 0.5, reduction="none", pair_mode=pair_mode)
     part = MF.representation_margin_loss(
         features[4:7],
@@ -102,7 +99,7 @@ def test_representation_margin_loss_large_norms_and_singletons_are_finite(pair_m
 
 
 def test_gradients_match_finite_differences():
-    logits, features, target = _batch(b=8, k=3, d=3)
+    logits, features, target = classification_batch(8, 3, 3, **GAUSSIAN)
     gamma = torch.tensor([0.7, 1.0, 1.6], dtype=torch.float64)
     logits.requires_grad_()
     features.requires_grad_()
@@ -139,7 +136,7 @@ def test_class_sensitive_bound_matches_formula():
 
 
 def test_class_sums_two_halves_equal_one_batch():
-    _, features, target = _batch(b=20, k=5, d=3)
+    _, features, target = classification_batch(20, 5, 3, **GAUSSIAN)
     whole = MF.class_sums(features, target, 5)
     first, second = MF.class_sums(features[:9], target[:9], 5), MF.class_sums(features[9:], target[9:], 5)
     for w, a, b in zip(whole, first, second):

@@ -10,8 +10,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from core.test_distributed import torchrun
-from engine.conftest import base_config, write_spread_npz
+from helpers import base_config, torchrun, write_spread_npz
 from mr2.config import config_from_dict
 from mr2.engine import train
 from mr2.engine.checkpoint import load_checkpoint

@@ -3,22 +3,11 @@ prints both methods' ratios. No timing assertions."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_engine.py"
+from helpers import REPOSITORY, load_script
 
 
 def test_quick_engine_benchmark_prints_both_ratios(capsys):
-    spec = importlib.util.spec_from_file_location("bench_engine_under_test", BENCH_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        assert module.main(["--quick"]) == 0
-    finally:
-        sys.modules.pop(spec.name, None)
+    module = load_script(REPOSITORY / "benchmarks" / "bench_engine.py", "bench_engine_under_test")
+    assert module.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "| erm |" in out and "| mr2 |" in out and "engine / loop" in out

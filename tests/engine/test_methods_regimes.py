@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from engine.conftest import base_config
+from helpers import base_config
 from mr2.config import ModelSection, config_from_dict
 from mr2.engine import TrainingSession, train
 from mr2.engine.checkpoint import load_checkpoint

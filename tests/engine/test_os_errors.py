@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.conftest import base_config
+from helpers import base_config, read_only
 from mr2.cli.main import main
 from mr2.config import config_from_dict
 from mr2.engine import TrainingSession, train
@@ -96,31 +96,10 @@ def test_dangling_symbolic_link_as_output_dir(spread_npz, tmp_path, capsys):
     assert message == DANGLING_LINK.format(link=out, target=tmp_path / "gone")
 
 
-@contextlib.contextmanager
-def _read_only(path: Path) -> Iterator[None]:
-    """Make the directory ``path`` unwritable for this process, for real: ``chmod 0o555`` for a
-    normal user; as root (which ignores permissions) the immutable attribute (``chattr +i``)."""
-    if os.geteuid() != 0:
-        path.chmod(0o555)
-        try:
-            yield
-        finally:
-            path.chmod(0o755)
-        return
-    chattr = shutil.which("chattr")
-    if chattr is None or subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("running as root, which ignores permissions, and chattr +i is unavailable here "
-                    "(needs CAP_LINUX_IMMUTABLE and a file system with the attribute)")
-    try:
-        yield
-    finally:
-        subprocess.run([chattr, "-i", str(path)], check=True)
-
-
 def test_read_only_output_dir(spread_npz, tmp_path, capsys):
     out = tmp_path / "runs"
     out.mkdir()
-    with _read_only(out):
+    with read_only(out):
         assert not os.access(out, os.W_OK)
         message = _train(base_config(spread_npz, out), tmp_path, capsys)
     assert message == NOT_WRITABLE.format(directory=out, reason="permission denied", path=out / "run")
@@ -131,7 +110,7 @@ def test_read_only_run_directory_for_eval(spread_npz, tmp_path, capsys):
     train(config_from_dict(base_config(spread_npz, tmp_path, optim={"epochs": 1})), quiet=True)
     run = tmp_path / "run"
     before = sorted(p.name for p in run.iterdir())
-    with _read_only(run):
+    with read_only(run):
         message = _eval(run, capsys)
     assert message == NOT_WRITABLE.format(directory=run, reason="permission denied", path=run)
     assert sorted(p.name for p in run.iterdir()) == before

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.conftest import base_config
+from helpers import base_config
 from mr2.cli.main import main
 from mr2.rundir import NOT_A_RUN_DIRECTORY, RunDirectory, RunDirectoryError
 

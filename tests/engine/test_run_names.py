@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from engine.conftest import base_config
+from helpers import base_config
 from mr2.cli.main import main
 from mr2.config import ConfigError, config_from_dict
 from mr2.config.names import BAD_NAME, MAX_NAME_LENGTH, check_name

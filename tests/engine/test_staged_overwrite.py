@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.conftest import base_config
-from engine.test_os_errors import _read_only
+from helpers import base_config, read_only
 from mr2.cli.main import main
 from mr2.config import config_from_dict, config_to_dict
 from mr2.engine import TrainingSession, train
@@ -100,7 +99,7 @@ def test_while_the_overwriting_trainer_holds_the_lock_the_message_says_where_the
 def test_when_it_cannot_be_put_back_the_message_says_how_to_restore_it(killed_overwrite, capsys):
     run = killed_overwrite[0]
     staged = _files(run.overwritten)
-    with _read_only(run.path):
+    with read_only(run.path):
         with pytest.raises(ReportRunDirectoryError) as caught:
             load_run(run.path)
         assert main(["eval", str(run.path)]) == 2

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from engine.conftest import base_config
+from helpers import base_config
 from mr2.config import config_from_dict
 from mr2.engine import train
 from mr2.engine.logger import epoch_tiers

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from engine.conftest import base_config
+from helpers import base_config
 from mr2.cli.main import main
 from mr2.config import config_from_dict
 from mr2.engine import TrainingSession, train

@@ -3,18 +3,17 @@ documented commands, not tests)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
+from helpers import REPOSITORY, load_script
 from mr2.data.errors import DatasetError
 from mr2.data.fashion_mnist import FASHION_MNIST_CLASSES, find_fashion_mnist_files
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
+EXAMPLES = REPOSITORY / "examples"
 
 try:
     find_fashion_mnist_files()
@@ -31,11 +30,7 @@ pytestmark = [
 
 
 def load_example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / f"{name}.py", f"example_{name}")
 
 
 def check_disparity(values: dict[str, float], prefix: str) -> None:

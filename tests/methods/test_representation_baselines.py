@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import classification_batch
 from methods import representation_oracles as oracle
 from methods.baseline_helpers import FEATURE_DIM, NUM_CLASSES, MiniEngine, make_context
 from mr2.functional.representation_baselines import (
@@ -26,14 +27,8 @@ from mr2.methods.stages import BAD_STAGE1_VALUE, NO_INDEX, STAGE2_TOO_EARLY
 
 OPTIONS = {"center_loss": {"lambda_center": 0.5}, "supcon": {}, "hbr": {"stage1_epochs": 2}}
 EPOCHS = 4
-
-
-def _batch(b=10, d=FEATURE_DIM, k=NUM_CLASSES, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    target = torch.randint(0, k, (b,), generator=g)
-    target[0] = target[1]  # at least one positive pair
-    return (torch.randn(b, k, generator=g, dtype=torch.float64),
-            torch.randn(b, d, generator=g, dtype=torch.float64), target)
+#: Standard normal features and logits' draws, random class ids (tests/helpers.py).
+GAUSSIAN = {"balanced": False, "spread_by_class": False}
 
 
 # ----------------------------------------------------------------------------------- center loss
@@ -41,7 +36,7 @@ def _batch(b=10, d=FEATURE_DIM, k=NUM_CLASSES, seed=0):
 
 @pytest.mark.parametrize("rule", ["paper", "reference"])
 def test_center_loss_and_update_match_the_loop_oracle(rule):
-    logits, features, target = _batch()
+    logits, features, target = classification_batch(10, NUM_CLASSES, FEATURE_DIM, **GAUSSIAN)
     target[-1] = 0
     target[target == 3] = 2  # class 3 absent: its centre must stay
     method = build_method("center_loss", NUM_CLASSES, lambda_center=0.7, alpha=0.3, update=rule)
@@ -59,7 +54,7 @@ def test_center_loss_and_update_match_the_loop_oracle(rule):
 
 
 def test_center_loss_gradient_reaches_features_only_and_lambda_zero_is_cross_entropy():
-    logits, features, target = _batch()
+    logits, features, target = classification_batch(10, NUM_CLASSES, FEATURE_DIM, **GAUSSIAN)
     features.requires_grad_()
     method = build_method("center_loss", NUM_CLASSES, lambda_center=2.0)
     method.setup(make_context(10, torch.ones(NUM_CLASSES)))
@@ -75,7 +70,7 @@ def test_center_loss_gradient_reaches_features_only_and_lambda_zero_is_cross_ent
 
 
 def test_center_update_two_half_batches_equal_sums_and_permuting_classes_permutes_centres():
-    _, features, target = _batch(b=12)
+    _, features, target = classification_batch(12, NUM_CLASSES, FEATURE_DIM, **GAUSSIAN)
     centers = torch.randn(NUM_CLASSES, FEATURE_DIM, dtype=torch.float64)
     counts = torch.bincount(target, minlength=NUM_CLASSES).double()
     sums = torch.zeros(NUM_CLASSES, FEATURE_DIM, dtype=torch.float64).index_add_(0, target, features)
@@ -92,7 +87,7 @@ def test_center_update_two_half_batches_equal_sums_and_permuting_classes_permute
 
 @pytest.mark.parametrize("temperature", [0.1, 0.5])
 def test_supcon_matches_the_reference_formula_loop(temperature):
-    _, features, target = _batch(b=9, d=6, seed=3)
+    _, features, target = classification_batch(9, NUM_CLASSES, 6, seed=3, **GAUSSIAN)
     target[4] = 3
     target[target == 3] = 3
     v = F.normalize(features, dim=1)
@@ -103,7 +98,7 @@ def test_supcon_matches_the_reference_formula_loop(temperature):
 
 
 def test_supcon_anchors_against_a_larger_contrast_set_equal_the_full_batch_rows():
-    _, features, target = _batch(b=10, d=6, seed=4)
+    _, features, target = classification_batch(10, NUM_CLASSES, 6, seed=4, **GAUSSIAN)
     v = F.normalize(features, dim=1)
     full = supervised_contrastive_loss(v, target)
     part = supervised_contrastive_loss(v[4:7], target[4:7], v, target, anchor_offset=4)
@@ -115,7 +110,7 @@ def test_supcon_anchors_against_a_larger_contrast_set_equal_the_full_batch_rows(
 
 
 def test_supcon_method_is_ce_plus_weighted_supcon_on_the_normalised_projection():
-    logits, features, target = _batch()
+    logits, features, target = classification_batch(10, NUM_CLASSES, FEATURE_DIM, **GAUSSIAN)
     method = build_method("supcon", NUM_CLASSES, weight=0.5, head="linear", projection_dim=3)
     method.setup(make_context(10, torch.ones(NUM_CLASSES)))
     method.double()
