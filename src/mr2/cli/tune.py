@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "c_bar 0.5, 1, 2 (default quick)")
     parser.add_argument("--criterion", default="hard_tier", metavar="hard_tier|worst_class|overall",
                         help="validation figure the candidates are compared by (default hard_tier)")
-    parser.add_argument("--workers", type=int, default=1, metavar="W", help="runs (trials) in parallel")
+    parser.add_argument("--workers", type=int, metavar="W",
+                        help="runs (trials) in parallel (default with --config: one per CPU core, at most "
+                        "one per run, or one per GPU on GPUs; with --command: 1)")
     parser.add_argument("--threads-per-run", type=int, metavar="T",
                         help="torch threads per run (default: CPU cores // workers)")
     parser.add_argument("--output-dir", metavar="DIR",
@@ -107,7 +109,10 @@ def run(args: argparse.Namespace) -> int:
             launcher=launcher,
         )
         if args.dry_run:
+            from mr2.tune.estimate import tune_estimate
+
             print(describe_tune(request))
+            print(tune_estimate(request))
             return 0
         preflight(request)
     except rejected as error:
@@ -150,6 +155,7 @@ def _run_command(args: argparse.Namespace) -> int:
     from mr2.sweep import SweepSpecError
     from mr2.tune import TuneInputError, TuneSelectionError
     from mr2.tune.command import CommandSource, allow_commands, check_command, stop_commands
+    from mr2.tune.estimate import NO_ESTIMATE_COMMAND
     from mr2.tune.run import BAD_COUNT
     from mr2.tune.trial_tune import describe_trials, make_trial_request, tune_trials
     from mr2.tune.trials import TrialStore
@@ -170,8 +176,9 @@ def _run_command(args: argparse.Namespace) -> int:
         template = check_command(args.command)
         if args.num_classes is None:
             raise TuneInputError(NEEDS_NUM_CLASSES)
-        if args.workers < 1:
-            raise TuneInputError(BAD_COUNT.format(flag="--workers", value=args.workers))
+        workers = 1 if args.workers is None else args.workers  # mr2 cannot set the command's threads
+        if workers < 1:
+            raise TuneInputError(BAD_COUNT.format(flag="--workers", value=workers))
         names = read_class_names(args.class_names) if args.class_names is not None else None
         request = make_trial_request(
             num_classes=args.num_classes, candidates=args.candidates, seeds=args.seeds,
@@ -183,6 +190,7 @@ def _run_command(args: argparse.Namespace) -> int:
             print(describe_trials(request, runs="trials"))
             for trial in request.selection_trials():
                 print(f"  $ {source.command(trial)}")
+            print(NO_ESTIMATE_COMMAND)
             return 0
     except (TuneInputError, PredictionsError, ConfigError, SweepSpecError) as error:
         print(f"mr2 tune: error: {error}", file=sys.stderr)
@@ -193,8 +201,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
         # One submitit job per trial; the jobs' files go to DIR/NAME/submitit/.
         executor = slurm_executor(request.directory / "submitit", launcher, f"mr2-tune-{request.name}")
-    elif args.workers > 1:
-        executor = ThreadPoolExecutor(args.workers)
+    elif workers > 1:
+        executor = ThreadPoolExecutor(workers)
     allow_commands()
     previous = {signum: signal.signal(signum, _raise_stopped) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:

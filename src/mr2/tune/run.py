@@ -35,6 +35,7 @@ from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
 from mr2.sweep.launcher import launcher_from_dict
 from mr2.sweep.plan import RunPoint
+from mr2.sweep.processes import default_workers
 from mr2.tune.candidates import REFERENCE_LABEL, Candidate, candidates, check_candidate_set
 from mr2.tune.errors import TuneInputError
 from mr2.tune.selection import (
@@ -117,8 +118,10 @@ class TuneRequest:
         confirm_seeds: confirmation seeds (disjoint from ``seeds``).
         candidate_set: ``quick``, ``full`` or a comma-separated list of candidate labels.
         criterion: one of :data:`mr2.tune.selection.CRITERIA`.
-        workers: runs in parallel.
+        workers: runs in parallel (:func:`make_request` resolves its default).
         threads_per_run: torch threads per run (None: cores // workers).
+        devices: GPU ids shared out among the workers (None: the runs' own device; set by the default
+            of one worker per GPU when there are several).
         launcher: the sweeps' ``launcher:`` mapping (None: the local pool; ``{"name": "slurm", ...}``:
             every run a submitit job, see docs/cluster.md); validated by :func:`make_request`.
     """
@@ -133,6 +136,7 @@ class TuneRequest:
     workers: int = 1
     threads_per_run: int | None = None
     launcher: dict[str, Any] | None = None
+    devices: list[int] | None = None
 
     @property
     def directory(self) -> Path:
@@ -182,12 +186,16 @@ def make_request(
     confirm_seeds: str | int | None = None,
     candidate_set: str = "quick",
     criterion: str = "hard_tier",
-    workers: int = 1,
+    workers: int | None = None,
     threads_per_run: int | None = None,
     launcher: dict[str, Any] | None = None,
 ) -> TuneRequest:
     """Validate the arguments of ``mr2 tune`` (counts give consecutive seeds; confirmation seeds
     start after the largest selection seed).
+
+    ``workers=None`` is the sweep's rule (:func:`mr2.sweep.processes.default_workers`) over the
+    selection's runs: one run per CPU core (one thread each), or one per GPU when the configuration
+    trains on GPUs (several GPUs: each worker gets its own).
 
     Raises:
         TuneInputError: the first problem found.
@@ -199,7 +207,7 @@ def make_request(
     if config.data.val_fraction <= 0:
         raise TuneInputError(NO_VALIDATION_SPLIT)
     check_name(name, "--name", TuneInputError)
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise TuneInputError(BAD_COUNT.format(flag="--workers", value=workers))
     if threads_per_run is not None and threads_per_run < 1:
         raise TuneInputError(BAD_COUNT.format(flag="--threads-per-run", value=threads_per_run))
@@ -211,8 +219,25 @@ def make_request(
                                                       common=common))
     if launcher is not None:
         launcher_from_dict(launcher)  # the sweeps would refuse it later, after the selection ran
+    devices = None
+    if workers is None:
+        gpus = _gpus(config.device)
+        workers = default_workers(len(candidates(candidate_set)) * len(selection), gpus=gpus)
+        devices = list(range(gpus)) if gpus > 1 else None
     return TuneRequest(config, name, output_dir or config.output_dir, selection, confirmation, candidate_set,
-                       criterion, workers, threads_per_run, launcher)
+                       criterion, workers, threads_per_run, launcher, devices)
+
+
+def _gpus(device: str) -> int:
+    """How many GPUs runs on ``device`` may share out: all visible ones for ``auto`` or ``cuda``, one
+    for a numbered ``cuda:N``, none on the CPU."""
+    if device not in ("auto", "cuda") and not device.startswith("cuda:"):
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    return 1 if ":" in device else torch.cuda.device_count()
 
 
 def _base(config: RunConfig) -> dict[str, Any]:
@@ -235,6 +260,7 @@ def _spec(request: TuneRequest, phase: str, entries: list[Candidate], seeds: lis
         "select_by": "val_accuracy",
         "workers": request.workers,
         "threads_per_run": request.threads_per_run,
+        **({} if request.devices is None else {"devices": request.devices}),
         **({} if request.launcher is None else {"launcher": request.launcher}),
         # Tiers of the confirmation report from ERM's validation split, like the choice.
         "report": {"tier_source": "validation", "bootstrap": 1000, "plots": False},

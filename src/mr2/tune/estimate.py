@@ -1,0 +1,130 @@
+"""How long ``mr2 tune --dry-run``'s runs would take on this machine: measured, not guessed.
+
+:func:`measure_step` builds the configuration's data and model with ERM (as its first run would),
+trains a few steps with the thread count the runs will have and times them; :func:`estimate_text`
+turns that into the one line the dry run prints, saying what the figure is based on and what it
+leaves out (evaluation, start-up, the candidates' extra cost per step over ERM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from mr2.config import RunConfig
+from mr2.sweep.processes import default_threads
+from mr2.sweep.progress import format_duration
+from mr2.tune.run import TuneRequest
+
+__all__ = [
+    "NO_ESTIMATE_COMMAND", "NO_ESTIMATE_LINEAR_PROBE", "StepTiming", "estimate_text", "measure_step",
+    "tune_estimate",
+]
+
+#: The dry run's line for ``--command``: mr2 cannot time the user's program without running it.
+NO_ESTIMATE_COMMAND = "time estimate: none (mr2 cannot time your command without running it)"
+#: The dry run's line for ``regime: linear_probe``: its data is built by extracting features.
+NO_ESTIMATE_LINEAR_PROBE = (
+    "time estimate: none (a linear_probe run extracts its features first; the dry run does not)"
+)
+#: Steps timed after one untimed warm-up step.
+TIMED_STEPS = 5
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One measurement of the configuration's training step.
+
+    Attributes:
+        seconds_per_step: mean wall time of a timed step (ERM, the configuration's model and data).
+        steps_per_epoch: training batches per epoch.
+        threads: torch threads it ran with (those of one run of the tune).
+        device: where it ran (``cpu``, ``cuda:0``...).
+        steps: how many steps were timed.
+    """
+
+    seconds_per_step: float
+    steps_per_epoch: int
+    threads: int
+    device: str
+    steps: int
+
+
+def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> StepTiming:
+    """Time ``steps`` training steps of ERM with ``config``'s data, model and optimiser on this machine,
+    with ``threads`` torch threads (restored afterwards), after one untimed step. Writes nothing."""
+    from mr2.engine.builders import build_data
+    from mr2.engine.loop import train_one_epoch
+    from mr2.engine.runtime import Runtime, seed_everything
+    from mr2.engine.trainer import Trainer
+
+    erm = dataclasses.replace(config, method=dataclasses.replace(config.method, name="erm", options={}))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        runtime = Runtime.start(erm)
+        seed_everything(erm.seed, False)
+        trainer = Trainer(erm, runtime, build_data(erm, runtime.device))
+        loader = trainer.train_loader(0)
+        batches = list(itertools.islice(iter(loader), 1 + steps))
+        timed = len(batches) - 1
+
+        def run(part: list[object]) -> None:
+            train_one_epoch(trainer.train_model, trainer.method, part, trainer.optimizer, trainer.scheduler,
+                            trainer.step_setup)
+            if runtime.device.type == "cuda":
+                torch.cuda.synchronize(runtime.device)
+
+        run(batches[:1])
+        start = time.perf_counter()
+        if timed:
+            run(batches[1:])
+        seconds = (time.perf_counter() - start) / max(1, timed)
+        return StepTiming(seconds, len(loader), threads, str(runtime.device), timed)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def estimate_text(timing: StepTiming, epochs: int, selection_runs: int, confirmation_runs: int,
+                  workers: int) -> str:
+    """The dry run's one-line time estimate from a measured step.
+
+    Example:
+        >>> timing = StepTiming(0.01, 100, 1, "cpu", 5)
+        >>> text = estimate_text(timing, epochs=3, selection_runs=12, confirmation_runs=6, workers=2)
+        >>> print(text)  # doctest: +NORMALIZE_WHITESPACE
+        time estimate: about 18 s for the selection and up to 9 s for the confirmation (12 and 6 runs,
+        2 at a time, each 3 epochs x 100 steps x 0.0100 s per step, measured: 5 steps of ERM with this
+        configuration's model and data on cpu, 1 thread; not included: evaluation, start-up and the
+        candidates' extra cost per step over ERM)
+    """
+    per_run = epochs * timing.steps_per_epoch * timing.seconds_per_step
+    selection = math.ceil(selection_runs / workers) * per_run
+    confirmation = math.ceil(confirmation_runs / workers) * per_run
+    threads = f"{timing.threads} thread{'s' if timing.threads != 1 else ''}"
+    return (
+        f"time estimate: about {format_duration(selection)} for the selection and up to "
+        f"{format_duration(confirmation)} for the confirmation ({selection_runs} and {confirmation_runs} "
+        f"runs, {workers} at a time, each {epochs} epochs x {timing.steps_per_epoch} steps x "
+        f"{timing.seconds_per_step:.4f} s per step, measured: {timing.steps} steps of ERM with this "
+        f"configuration's model and data on {timing.device}, {threads}; not included: evaluation, "
+        "start-up and the candidates' extra cost per step over ERM)"
+    )
+
+
+def tune_estimate(request: TuneRequest) -> str:
+    """The dry run's time-estimate line for ``request``: one step measured with the threads each run
+    will get (as the sweep's runner sets them), or why there is none."""
+    config = request.config
+    if config.regime == "linear_probe":
+        return NO_ESTIMATE_LINEAR_PROBE
+    threads = request.threads_per_run or default_threads(request.workers)
+    timing = measure_step(config, threads)
+    selection_runs = len(request.candidates) * len(request.seeds)
+    return estimate_text(timing, config.optim.epochs, selection_runs, 2 * len(request.confirm_seeds),
+                         request.workers)
