@@ -88,6 +88,24 @@ def test_report_selects_on_validation_and_records_it(finished):
     assert result.report is not None and result.report.markdown_path == report_dir / "report.md"
 
 
+def test_report_html_carries_the_sweep_section(finished):
+    spec, points, _, _, _ = finished
+    report_dir = spec.sweep_dir / "report"
+    selection = json.loads((report_dir / "selection.json").read_text())
+    best = selection["selected"]["mr2"]
+    other = next(p.setting_name for p in points if p.label == "mr2" and p.setting_name != best)
+    page = (report_dir / "report.html").read_text()
+    assert "<h2>Sweep</h2>" in page
+    assert f"<p>Sweep tiny in {spec.sweep_dir}: 6 of 6 planned runs finished; 2 seed(s) (0, 1); reference erm.</p>" in page
+    assert "<h2>Hyperparameter selection (validation split)</h2>" in page
+    assert "(select_by: val_accuracy)" in page
+    assert f'<td class="left" data-value="{best}">{best} (selected)</td>' in page
+    assert f'<td class="left" data-value="{other}">{other}</td>' in page
+    assert f"<p>Selected: mr2: {best}.</p>" in page
+    assert "Failed runs" not in page
+    assert page.index("<h2>Per-class accuracy</h2>") < page.index("<h2>Sweep</h2>") < page.index("<script>")
+
+
 def test_a_second_invocation_skips_finished_runs(finished):
     spec, points, _, _, _ = finished
     stamps = {p.name: (p.run_dir / "final.json").stat().st_mtime_ns for p in points}
@@ -125,6 +143,10 @@ def test_a_failing_run_is_reported_with_its_log_and_the_others_finish(tmp_path, 
     markdown = (sweep_dir / "report" / "report.md").read_text()
     assert "## Failed runs" in markdown and "`mr2__c_bar=-1__seed=0`: exit code 2" in markdown
     assert "| mr2 | **c_bar=1** | 1/1 |" in markdown and "| mr2 | c_bar=-1 | 0/1 |" in markdown
+    page = (sweep_dir / "report" / "report.html").read_text()
+    assert "<h2>Failed runs</h2>" in page
+    assert re.search(r"<li>mr2__c_bar=-1__seed=0: exit code 2 \(log: \S+train\.log\)</li>", page)
+    assert '<td class="left" data-value="c_bar=1">c_bar=1 (selected)</td>' in page
     assert "2 run(s) trained, 0 skipped (finished earlier), 1 failed." in captured
 
 

@@ -2,7 +2,8 @@
 
 The page holds the run list, the comparison tables, the bootstrap and diagnostics tables, the
 per-class table (sortable by any column with a few lines of inline JavaScript) and the plots, inlined
-as base64 PNG. It is filled from ``templates/report.html`` with :class:`string.Template`; every
+as base64 PNG; a caller adds sections of its own with :func:`add_section` (the sweep's selection and
+failed runs). It is filled from ``templates/report.html`` with :class:`string.Template`; every
 table is the :class:`mr2.report.tables.Table` that report.md shows, and every cell carries the raw
 value of report.json in its ``data-value`` attribute (the sort key).
 """
@@ -41,7 +42,7 @@ from mr2.report.tables import (
     summary_table,
 )
 
-__all__ = ["html_table", "report_html"]
+__all__ = ["add_section", "html_table", "report_html"]
 
 
 def _markup(text: str) -> str:
@@ -179,3 +180,38 @@ def report_html(
         + "</div>",
         plots=_plots_section(plots, Path(out_dir)),
     )
+
+
+#: A block of :func:`add_section`: a paragraph, a table, or a bulleted list (one string per item).
+SectionBlock = str | Table | Sequence[str]
+
+
+def add_section(page: str, heading: str, blocks: Sequence[SectionBlock]) -> str:
+    """``page`` (a report.html) with a section added at its end: ``heading``, then each block.
+
+    Text is escaped as is (no markup is interpreted, so a user's label holding ``**`` or ``<`` shows
+    as written); a :class:`~mr2.report.tables.Table` is rendered like the report's own tables.
+
+    >>> page = "<body>\\n<p>report</p>\\n<script>\\n</script>"
+    >>> print(add_section(page, "Sweep", ["runs of <a>", ["x", "y"]]))
+    <body>
+    <p>report</p>
+    <h2>Sweep</h2>
+    <p>runs of &lt;a&gt;</p>
+    <ul>
+    <li>x</li>
+    <li>y</li>
+    </ul>
+    <script>
+    </script>
+    """
+    parts = [f"<h2>{html.escape(heading, quote=False)}</h2>"]
+    for block in blocks:
+        if isinstance(block, str):
+            parts.append(f"<p>{html.escape(block, quote=False)}</p>")
+        elif isinstance(block, Table):
+            parts.append(_wide(html_table(block)))
+        else:
+            parts += ["<ul>", *(f"<li>{html.escape(item, quote=False)}</li>" for item in block), "</ul>"]
+    anchor = page.index("\n<script>")  # the page's script comes last: the section goes before it
+    return page[:anchor] + "\n" + "\n".join(parts) + page[anchor:]

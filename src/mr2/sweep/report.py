@@ -3,9 +3,9 @@
 It is ``mr2 report``'s report (comparison table, tiers from the reference, tests, diagnostics,
 plots) over the runs of each method entry's selected setting, plus:
 
-- ``report.md`` gains a *Sweep* section: the hyperparameter selection (every setting, its
-  validation score over seeds, and its test figures for information), and the failed runs with the
-  path of their logs;
+- ``report.md`` and ``report.html`` gain a *Sweep* section: the hyperparameter selection (every
+  setting, its validation score over seeds, and its test figures for information), and the failed
+  runs with the path of their logs;
 - ``selection.json``: the selection in full (scores per seed, the chosen setting of each entry);
 - ``settings.csv``: one row per (entry, setting): validation score, test overall, tiers, worst class.
 """
@@ -25,6 +25,8 @@ from mr2.io import atomic_write_json, atomic_write_text
 from mr2.report import DisparityReport, ReportOutput, RunRecord, load_run, write_report
 from mr2.report.comparison import mean_std
 from mr2.report.exceptions import MissingClassWarning, ReportError
+from mr2.report.html import add_section
+from mr2.report.tables import Cell, Table
 from mr2.sweep.plan import RunPoint
 from mr2.sweep.runner import RunOutcome
 from mr2.sweep.selection import Selection, SettingScore, select_settings
@@ -126,27 +128,49 @@ def _setting_rows(selection: Selection, output: ReportOutput, bottom_fraction: f
     ]
 
 
-def _settings_markdown(selection: Selection, output: ReportOutput, rows: Sequence[SettingRow]) -> list[str]:
-    metric = "validation accuracy" if selection.select_by == "val_accuracy" else "validation worst class"
-    columns = [(k, header) for k, header in output.comparison.metrics if k not in ("std", "bottom_mean")]
+def _metric(selection: Selection) -> str:
+    return "validation accuracy" if selection.select_by == "val_accuracy" else "validation worst class"
+
+
+def _columns(output: ReportOutput) -> list[tuple[str, str]]:
+    return [(k, header) for k, header in output.comparison.metrics if k not in ("std", "bottom_mean")]
+
+
+def _selection_intro(selection: Selection, selected_mark: str) -> tuple[str, str]:
+    """The heading and the paragraph above the settings table; ``selected_mark`` says how the table
+    marks the selected setting (report.md: bold)."""
+    metric = _metric(selection)
     if selection.tuned_labels():
-        intro = [
-            "## Hyperparameter selection (validation split)",
-            "",
+        return "Hyperparameter selection (validation split)", (
             f"Each method's setting is chosen by the mean {metric} over its finished seeds "
             f"(`select_by: {selection.select_by}`); the test split plays no part in the choice. Only "
-            "the selected setting (**bold**) enters the comparison above. The test columns are given "
-            "for information (tiers as above; %, mean ± std over seeds).",
-        ]
-    else:
-        intro = [
-            "## Validation results",
-            "",
-            f"No method has a hyperparameter grid, so nothing was selected; the {metric} of each "
-            "method (mean ± std over seeds) is listed next to its test figures (%).",
-        ]
+            f"the selected setting ({selected_mark}) enters the comparison above. The test columns are given "
+            "for information (tiers as above; %, mean ± std over seeds)."
+        )
+    return "Validation results", (
+        f"No method has a hyperparameter grid, so nothing was selected; the {metric} of each "
+        "method (mean ± std over seeds) is listed next to its test figures (%)."
+    )
+
+
+def _selected_line(selection: Selection) -> str:
+    """``Selected: mr2: c_bar=2.`` (empty without a tuned entry)."""
+    tuned = selection.tuned_labels()
+    if not tuned:
+        return ""
+    return "Selected: " + "; ".join(
+        f"{label}: {chosen.setting_name}" for label in tuned if (chosen := selection.selected(label))
+    ) + "."
+
+
+def _settings_markdown(selection: Selection, output: ReportOutput, rows: Sequence[SettingRow]) -> list[str]:
+    metric = _metric(selection)
+    columns = _columns(output)
+    heading, intro = _selection_intro(selection, "**bold**")
     lines = [
-        *intro,
+        f"## {heading}",
+        "",
+        intro,
         "",
         f"| method | setting | seeds | {metric} | "
         + " | ".join(f"test {header}" for _, header in columns) + " |",
@@ -162,13 +186,34 @@ def _settings_markdown(selection: Selection, output: ReportOutput, rows: Sequenc
             f"| {label} | {name} | {seeds} | {_mean_cell(score.scores)} | " + " | ".join(cells) + " |"
         )
     lines.append("")
-    tuned = selection.tuned_labels()
-    if tuned:
-        lines.append("Selected: " + "; ".join(
-            f"{label}: {chosen.setting_name}" for label in tuned if (chosen := selection.selected(label))
-        ) + ".")
-        lines.append("")
+    selected = _selected_line(selection)
+    if selected:
+        lines += [selected, ""]
     return lines
+
+
+def _settings_table(selection: Selection, output: ReportOutput, rows: Sequence[SettingRow]) -> Table:
+    """The settings table of report.html: report.md's rows, the selected setting marked in words."""
+    columns = _columns(output)
+    table = Table(
+        ["method", "setting", "seeds", _metric(selection), *(f"test {header}" for _, header in columns)],
+        ["left", "left", "right", "right", *(["right"] * len(columns))],
+    )
+    for label, score, values in rows:
+        name = score.setting_name or "(no grid)"
+        table.rows.append([
+            Cell(label, label),
+            Cell(f"{name} (selected)" if score.selected else name, score.setting_name),
+            Cell(f"{len(score.runs)}/{len(score.planned_seeds)}", len(score.runs)),
+            Cell(_mean_cell(score.scores), None if math.isnan(score.mean) else score.mean),
+            *(Cell(_mean_cell(values.get(k, [])), _mean_or_none(values.get(k, []))) for k, _ in columns),
+        ])
+    return table
+
+
+def _mean_or_none(values: list[float]) -> float | None:
+    mean = mean_std(values)[0]
+    return None if math.isnan(mean) else mean
 
 
 def _settings_csv(selection: Selection, output: ReportOutput, rows: Sequence[SettingRow]) -> str:
@@ -192,16 +237,17 @@ def _settings_csv(selection: Selection, output: ReportOutput, rows: Sequence[Set
     return buffer.getvalue()
 
 
+#: The paragraph above the list of failed runs.
+_FAILED_NOTE = (
+    "These runs are missing from every table. Fix the cause and run the same `mr2 sweep` command "
+    "again: finished runs are skipped, interrupted ones resume from their checkpoint."
+)
+
+
 def _failures_markdown(failed: Sequence[RunOutcome], unreadable: dict[str, str]) -> list[str]:
     if not failed and not unreadable:
         return []
-    lines = [
-        "## Failed runs",
-        "",
-        "These runs are missing from every table. Fix the cause and run the same `mr2 sweep` command "
-        "again: finished runs are skipped, interrupted ones resume from their checkpoint.",
-        "",
-    ]
+    lines = ["## Failed runs", "", _FAILED_NOTE, ""]
     for outcome in failed:
         lines.append(f"- `{outcome.point.name}`: {outcome.message} (log: `{outcome.log_path}`)")
     for name, error in unreadable.items():
@@ -269,9 +315,35 @@ def write_sweep_report(
         *_failures_markdown(failed, unreadable),
     ]
     markdown = output.markdown.rstrip("\n") + "\n\n" + "\n".join(sweep_lines)
+    if Path("report.html") in output.files:
+        page = (directory / "report.html").read_text("utf-8")
+        atomic_write_text(directory / "report.html", _sweep_html(page, spec, selection, output, rows, failed,
+                                                                 unreadable, finished, planned))
     atomic_write_text(directory / "report.md", markdown)
     output.markdown = markdown
     return SweepReport(output=output, selection=selection, directory=directory, unreadable=unreadable)
+
+
+def _sweep_html(page: str, spec: SweepSpec, selection: Selection, output: ReportOutput,
+                rows: Sequence[SettingRow], failed: Sequence[RunOutcome], unreadable: dict[str, str],
+                finished: int, planned: int) -> str:
+    """report.html with the sections report.md gains: the sweep, its selection, its failed runs. User
+    text (names, paths, messages) is passed as text and escaped by :func:`add_section`."""
+    source = f" (from {spec.source})" if spec.source is not None else ""
+    summary = (
+        f"Sweep {spec.name} in {spec.sweep_dir}{source}: {finished} of {planned} planned runs finished; "
+        f"{len(spec.seeds)} seed(s) ({', '.join(str(s) for s in spec.seeds)}); reference {spec.reference}."
+    )
+    heading, intro = _selection_intro(selection, "marked selected")
+    selected = _selected_line(selection)
+    page = add_section(page, "Sweep", [summary])
+    page = add_section(page, heading, [intro.replace("`", ""), _settings_table(selection, output, rows),
+                                       *([selected] if selected else [])])
+    if failed or unreadable:
+        items = [f"{o.point.name}: {o.message} (log: {o.log_path})" for o in failed]
+        items += [f"{name}: its final.json cannot be read: {error}" for name, error in unreadable.items()]
+        page = add_section(page, "Failed runs", [_FAILED_NOTE.replace("`", ""), items])
+    return page
 
 
 def selection_summary(report: SweepReport) -> str:
