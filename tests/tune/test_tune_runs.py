@@ -112,6 +112,11 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
         assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
     else:
         assert "Paste into your run configuration" not in out
+    # The figures come from the confirmation sweep's result in memory: the same as its report.json.
+    report_file = directory / "confirmation" / "report" / "report.json"
+    report = json.loads(report_file.read_text())
+    assert record["confirmation"]["report"] == str(report_file)
+    assert record["confirmation"]["figures"] == {key: report[key] for key in ("reference", "tiers", "methods")}
     methods = record["confirmation"]["figures"]["methods"]
     expected = {"erm"} | {record["label"]}
     assert set(methods) == expected

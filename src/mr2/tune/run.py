@@ -14,7 +14,6 @@ ones resume, the trainers never outlive the command. The choice is made by
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -31,6 +30,7 @@ from mr2.config import RunConfig, config_to_dict
 from mr2.config.names import check_name
 from mr2.engine.final import PREDICTIONS_DIR
 from mr2.io import atomic_write_json
+from mr2.report.serialization import json_safe
 from mr2.report.tables import comparison_markdown
 from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_dict
 from mr2.sweep.launcher import launcher_from_dict
@@ -344,7 +344,7 @@ def _engine_figures(point: RunPoint) -> ValidationFigures:
     file = point.run_dir / PREDICTIONS_DIR / "val.npz"
     if not file.is_file():
         return read_validation(point.run_dir)
-    num_classes = int(json.loads((point.run_dir / "final.json").read_text())["dataset"]["num_classes"])
+    num_classes = point.directory.read_final().num_classes
     with np.load(file, allow_pickle=False) as data:
         y_true, y_pred = data["y_true"], data["y_pred"]
     return ValidationFigures.from_predictions(point.run_dir.name, point.seed, y_true, y_pred, num_classes)
@@ -370,7 +370,7 @@ def engine_verdict(choice: Choice, recommended: Candidate, points: Sequence[RunP
             return None, NO_TEST_PREDICTIONS.format(run=point.run_dir)
         with np.load(file, allow_pickle=False) as data:
             predictions.setdefault(point.label, {})[point.seed] = (data["y_true"], data["y_pred"])
-        num_classes = int(json.loads((point.run_dir / "final.json").read_text())["dataset"]["num_classes"])
+        num_classes = point.directory.read_final().num_classes
     try:
         verdict = judge(predictions.get(REFERENCE_LABEL, {}),
                         None if recommended.is_reference else predictions.get(recommended.label, {}),
@@ -492,9 +492,9 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     figures: dict[str, Any] | None = None
     report_file = None
     if confirmation.report is not None:
-        report_file = confirmation.report.directory / "report.json"
-        report = json.loads(report_file.read_text())
-        figures = {key: report.get(key) for key in ("reference", "tiers", "methods")}
+        report_file = confirmation.report.directory / "report.json"  # holds these figures too
+        summary = json_safe(confirmation.report.output.comparison.to_dict())
+        figures = {key: summary.get(key) for key in ("reference", "tiers", "methods")}
     verdict, verdict_error = engine_verdict(choice, recommended, accepted_points(confirmation))
     record = {
         "method": recommended.method,
