@@ -283,7 +283,8 @@ def preflight(request: TuneRequest) -> None:
     the model, each method), so bad input fails here, before anything is written.
 
     Raises:
-        mr2.sweep.SweepSpecError, and the errors of :func:`mr2.cli.errors.user_errors`.
+        mr2.sweep.SweepSpecError, and any :class:`~mr2.errors.MR2Error` of the configuration, data,
+        model or methods.
     """
     import torch
 
