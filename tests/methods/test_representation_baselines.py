@@ -9,9 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import classification_batch
+from helpers import base_config, classification_batch, write_spread_npz
 from methods import representation_oracles as oracle
-from methods.baseline_helpers import FEATURE_DIM, NUM_CLASSES, MiniEngine, make_context
+from methods.baseline_helpers import FEATURE_DIM, NUM_CLASSES, make_context
+from mr2.config import config_from_dict
+from mr2.engine import TrainingSession
 from mr2.functional.representation_baselines import (
     center_distances,
     center_update,
@@ -213,37 +215,52 @@ def test_hbr_resampling_keeps_the_hardest_and_draws_the_rest_within_the_class():
 
 
 @pytest.mark.parametrize("estimator", ["aum", "loss"])
-def test_hbr_measures_hardness_in_stage_one_and_resamples_after_it(estimator):
-    engine = MiniEngine("hbr", {"stage1_epochs": 2, "estimator": estimator}, "scratch", EPOCHS)
-    method = engine.method
-    seen = []
+def test_hbr_measures_hardness_in_stage_one_and_resamples_after_it(tmp_path, estimator):
+    # Through the real engine (Trainer, epoch loop): the logits of every training batch and the
+    # indices the engine hands to on_batch are recorded, and the oracle recomputes each sample's score.
+    npz = write_spread_npz(tmp_path / "tiny.npz", dim=4, train_per_class=12, test_per_class=5)
+    config = config_from_dict(base_config(
+        npz, tmp_path, optim={"epochs": EPOCHS}, data={"batch_size": 12},
+        model={"name": "mlp", "options": {"hidden_dims": [8, 5]}},
+        method={"name": "hbr", "options": {"stage1_epochs": 2, "estimator": estimator}},
+    ))
+    session = TrainingSession(config, quiet=True)
+    method, n = session.method, len(session.data.train)
+    seen, indices = [], []
     def record(module, args, output):
         if module.training:  # the training batches, not the validation passes
             seen.append(output[0].detach())
 
-    engine.model.register_forward_hook(record)
-    engine.run_epochs(0, 2)
-    assert engine.resets == [1] and bool(method.frozen)
-    expected = torch.zeros(engine.n, dtype=torch.float64)
-    orders = [torch.randperm(engine.n, generator=torch.Generator().manual_seed(1000 + e)) for e in range(2)]
-    batches = [batch for order in orders for batch in order.split(12)]
-    for logits, batch in zip(seen, batches, strict=True):  # the oracle: one sample at a time
+    session.model.register_forward_hook(record)
+    on_batch = method.on_batch
+    def spy(inputs, target, index):
+        indices.append(index.clone())
+        on_batch(inputs, target, index)
+
+    method.on_batch = spy
+    assert session.fit(stop_after_epoch=2) is None
+    assert session.trainer.reset_epoch == 2 and bool(method.frozen)
+    target_all = session.data.train.targets
+    expected = torch.zeros(n, dtype=torch.float64)
+    for logits, batch in zip(seen, indices, strict=True):  # the oracle: one sample at a time
         for row, i in enumerate(batch.tolist()):
-            z, y = logits[row].double().tolist(), int(engine.target[i])
+            z, y = logits[row].double().tolist(), int(target_all[i])
             if estimator == "aum":
                 expected[i] += z[y] - max(v for k, v in enumerate(z) if k != y)
             else:  # cross-entropy, one sample at a time
                 top = max(z)
                 expected[i] += top + math.log(sum(math.exp(v - top) for v in z)) - z[y]
+    assert len(seen) == 2 * math.ceil(n / 12)
     torch.testing.assert_close(method.aum_sum, expected)
-    assert torch.equal(method.aum_count, torch.full((engine.n,), 2))
-    assert torch.equal(method.labels, engine.target)
-    class_hardness = torch.zeros(NUM_CLASSES, dtype=torch.float64).index_add_(0, engine.target, expected / 2) / 12
+    assert torch.equal(method.aum_count, torch.full((n,), 2))
+    assert torch.equal(method.labels, target_all)
+    per_class = torch.bincount(target_all, minlength=NUM_CLASSES).double()
+    class_hardness = torch.zeros(NUM_CLASSES, dtype=torch.float64).index_add_(0, target_all, expected / 2) / per_class
     torch.testing.assert_close(method.class_hardness, class_hardness)
-    wanted = hbr_class_sample_counts(class_hardness, engine.n, high_is_hard=estimator == "loss")
+    wanted = hbr_class_sample_counts(class_hardness, n, high_is_hard=estimator == "loss")
     assert method.class_statistics()["resampled_count"].tolist() == wanted.tolist()
-    indices = method.epoch_indices(2, torch.Generator().manual_seed(0))
-    assert torch.equal(torch.bincount(indices, minlength=engine.n), method.multiplicity)
+    epoch_indices = method.epoch_indices(2, torch.Generator().manual_seed(0))
+    assert torch.equal(torch.bincount(epoch_indices, minlength=n), method.multiplicity)
 
 
 # ---------------------------------------------------------------------------------------- options
