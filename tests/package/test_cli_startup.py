@@ -8,13 +8,14 @@ Each command runs in a fresh interpreter (a subprocess), so that what it imports
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import REPOSITORY, load_script
 
 HEAVY = ("torch", "numpy", "scipy", "matplotlib", "pandas", "sklearn", "torchvision")
 
@@ -123,11 +124,7 @@ def test_import_mr2_is_cheap_and_public_names_resolve_in_a_fresh_interpreter() -
 
 def test_startup_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     # Smoke test of benchmarks/bench_cli_startup.py (no timing assertion: the figures go to BENCHMARKS).
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cli_startup.py"
-    spec = importlib.util.spec_from_file_location("bench_cli_startup", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(REPOSITORY / "benchmarks" / "bench_cli_startup.py")
     result = module.main(["--quick"])
     assert set(result) == {"python -c pass", "mr2 --version", "mr2 --help", "difference"}
     assert all(value > 0 for key, value in result.items() if key != "difference")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import torch
 from fontTools import subset
 from fontTools.ttLib import TTFont
 
+from helpers import load_script
 from mr2.config import DataSection
 from mr2.data import build_datasets
 from mr2.data.arrays import load_arrays
@@ -45,12 +45,7 @@ EXPECTED_CLASSES = list(
 
 @pytest.fixture(scope="module")
 def glyphs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_glyphs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_glyphs"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "make_glyphs")
 
 
 def _latin_only(path: Path) -> Path:
