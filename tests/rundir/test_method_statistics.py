@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.conftest import base_config, write_spread_npz
+from helpers import base_config, write_spread_npz
 from mr2.config import config_from_dict
 from mr2.engine import evaluate_run, train
 from mr2.report.run_dir import load_run
