@@ -1,4 +1,5 @@
-"""Helpers shared by the test files: tiny seeded data, run configurations, loading a script by path.
+"""Helpers shared by the test files: tiny seeded data, run configurations, loading a script by path;
+the writers of data files in the readers' formats are in :mod:`helpers.data_files`.
 
 Imported as ``helpers`` (tests/conftest.py puts tests/ on ``sys.path``); conftests hold fixtures only.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def classification_batch(
