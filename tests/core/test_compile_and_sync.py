@@ -7,20 +7,14 @@ import copy
 import pytest
 import torch
 
+from helpers import classification_batch
 from mr2 import MR2Loss
-
-
-def _batch(b=16, k=4, d=6):
-    g = torch.Generator().manual_seed(0)
-    target = torch.arange(b) % k
-    features = torch.randn(b, d, generator=g).relu() + target.unsqueeze(1)
-    return torch.randn(b, k, generator=g), features, target
 
 
 @pytest.mark.parametrize("variant", ["paper", "additive_margin"])
 def test_mr2_loss_compiles_without_graph_breaks(variant):
     loss_fn = MR2Loss.from_variant(variant, 4, feature_dim=6)
-    explanation = torch._dynamo.explain(loss_fn)(*_batch())
+    explanation = torch._dynamo.explain(loss_fn)(*classification_batch(16, 4, 6, dtype=torch.float32))
     reasons = [str(reason.reason) for reason in explanation.break_reasons]
     assert explanation.graph_break_count == 0, reasons
     assert explanation.graph_count == 1
@@ -31,7 +25,7 @@ def test_compiled_loss_equals_eager_loss_and_gradients():
     compiled_module = copy.deepcopy(eager)
     compiled = torch.compile(compiled_module, backend="aot_eager", fullgraph=True)
     for step in range(3):
-        logits, features, target = _batch()
+        logits, features, target = classification_batch(16, 4, 6, dtype=torch.float32)
         features = (features + step).requires_grad_()
         f2 = features.detach().clone().requires_grad_()
         want = eager(logits, features, target)
@@ -51,7 +45,7 @@ def test_training_step_has_no_host_sync_on_cuda(variant):
     model = torch.nn.Linear(6, 4).to(device)
     loss_fn = MR2Loss.from_variant(variant, 4, feature_dim=6).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    _, features, target = _batch()
+    _, features, target = classification_batch(16, 4, 6, dtype=torch.float32)
     features, target = features.to(device), target.to(device)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

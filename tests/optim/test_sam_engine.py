@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from engine.conftest import base_config, write_spread_npz
+from helpers import base_config, write_spread_npz
 from mr2.cli.main import main
 from mr2.config import config_from_dict
 from mr2.engine import TrainingSession, train
