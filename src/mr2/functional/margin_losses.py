@@ -171,15 +171,13 @@ def representation_margin_loss(
         partner_target: [P] class ids of ``partner_features``.
         self_offset: row of ``features[0]`` inside ``partner_features``.
         pair_mode: ``"dense"`` computes all [B, P] distances with one matrix product and masks
-            them (no host sync; the accelerator path); ``"sparse"`` lists the same-class pairs and computes
-            only their dot products with one sampled matrix product, with an analytic backward of
-            two sparse-times-dense products (``O(pairs * d)`` instead of ``O(B P d)``, no
-            [pairs, d] temporary; the pair count is read on the host; first derivatives only);
-            ``"auto"`` (default) takes ``"sparse"`` for CPU tensors (outside ``torch.compile``)
-            when under 1/16 of the [B, P] entries are same-class pairs (about K > 16 classes in
-            the batch; a sparse product costs far more per entry than a dense one), else
-            ``"dense"``. Both
-            give the same values.
+            them (no host sync; the accelerator path); ``"sparse"`` computes only the same-class
+            pairs (CPU kernel of :mod:`mr2.functional._cpu_kernels`: ``O(pairs * d)`` instead of
+            ``O(B P d)``, the pair count read on the host, first derivatives only); ``"auto"``
+            (default) takes ``"sparse"`` for CPU tensors (outside ``torch.compile``) when under
+            1/16 of the [B, P] entries are same-class pairs (about K > 16 classes in the batch; a
+            sparse product costs far more per entry than a dense one), else ``"dense"``. Both give
+            the same values.
 
     Returns:
         The loss, 0-dim (or [B] with ``reduction="none"``).
