@@ -222,7 +222,7 @@ class _SweepFile:
     threads_per_run: int | None = None
     nproc_per_node: int | None = None
     devices: list[Any] | None = None
-    required: list[Any] = field(default_factory=list)
+    required: Any = field(default_factory=list)  # a list of dotted keys: checked by _load_base
     report: ReportOptions = field(default_factory=ReportOptions)
     launcher: dict[str, Any] | None = None
 
