@@ -90,3 +90,26 @@ def test_linear_probe_trains_a_head_on_cached_features(spread_npz, tmp_path):
     torch.testing.assert_close(second.data.train.features, features)
     final = first.fit()
     assert final is not None and final["num_samples"] == 59
+
+
+def test_linear_probe_result_does_not_depend_on_the_feature_cache(spread_npz, tmp_path):
+    # A cache miss extracts features (a DataLoader draws from the global generator), a hit does not:
+    # the head's initialisation and the shuffling must not see the difference.
+    backbone = build_model(ModelSection(name="mlp", options={"hidden_dims": [24, 10]}), 4, (12,))
+    weights = tmp_path / "backbone.pt"
+    torch.save(backbone.state_dict(), weights)
+
+    def config(name):
+        return config_from_dict(
+            base_config(spread_npz, tmp_path, name=name, regime="linear_probe",
+                        cache_dir=str(tmp_path / "cache"), optim={"epochs": 2},
+                        model={"name": "mlp", "weights": str(weights), "options": {"hidden_dims": [24, 10]}})
+        )
+    miss = TrainingSession(config("miss"), quiet=True)
+    hit = TrainingSession(config("hit"), quiet=True)  # same seed, features from the cache
+    for a, b in zip(miss.model.state_dict().values(), hit.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    first, second = miss.fit(), hit.fit()
+    assert first is not None and second is not None
+    assert first["confusion_matrix"] == second["confusion_matrix"]
+    assert first["logit_margins"] == second["logit_margins"]

@@ -64,7 +64,11 @@ def build_data(config: RunConfig, device: torch.device) -> RunData:
     )
     if config.regime != "linear_probe":
         return parts
-    return _extract_features(config, parts, device)
+    # Extraction (a cache miss) draws from the global generators (the backbone's construction, the
+    # DataLoader's base seed) and a cache hit would not: run it on forked generators so a run's result
+    # does not depend on whether its features were cached.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _extract_features(config, parts, device)
 
 
 def _extract_features(config: RunConfig, parts: RunData, device: torch.device) -> RunData:
