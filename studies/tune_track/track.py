@@ -12,21 +12,38 @@ glyph file with --glyphs). The cell's sweep ``base`` becomes the tune's run conf
 (``<out>/configs/<CELL>.yaml``); the tune goes to ``<out>/<CELL>-<SET>/`` and its wall time (one entry per
 invocation) to ``<out>/<CELL>-<SET>/wall_time.json``. A finished tune is resumed (nothing reruns), as with any
 ``mr2 tune``.
+
+    python studies/tune_track/track.py summary --out runs/tune-track
+
+prints, per finished tune: the choice, its fresh-seed change against ERM, the best configuration of
+the cell's regime-map row in hindsight and the regret, then the rule's outcome (once all are in).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+REGIMES = ROOT / "docs" / "benchmarks" / "regimes"  # Fashion-MNIST cells' reports
+REGIMES_K100 = ROOT / "docs" / "benchmarks" / "regimes-k100"  # the glyph cells' reports
+#: tune's candidate label -> the regime map's method label for the same configuration (the others are
+#: not in the regime-map rows: c_bar 0.5 / 2, additive margin m 0.25 / 1, JTT lambda_up 20, HBR AUM).
+IN_ROW = {"mr2-paper-c1": "mr2", "mr2-logit_only-c1": "mr2_logit_only",
+          "mr2-distance_1d-c1": "mr2_distance_1d", "mr2-additive_margin-m0.5": "mr2_additive_margin",
+          "group_dro": "group_dro", "center_loss": "center_loss", "supcon": "supcon"}
+CELLS = ("cnn-n100", "cnn-n300", "cnn-n1000", "mlp-n100", "mlp-n300", "mlp-n1000",
+         "glyphs-cnn-n100", "glyphs-cnn-n300", "glyphs-mlp-n100", "glyphs-mlp-n300")
+SELECTION_RUNS = {"quick": 4, "full": 18}  # candidates per selection seed
 SELECTION_SEEDS = "5,6,7"
 CONFIRMATION_SEEDS = "8,9,10"
 SETS = ("quick", "full")
@@ -57,6 +74,113 @@ def run_config(cell: str, out: Path, glyphs: Path | None) -> Path:
     return path
 
 
+def _mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and 95% t-interval half-width (nan with fewer than 2 values)."""
+    from scipy import stats
+
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+
+
+def regime_row(cell: str) -> dict[str, float]:
+    """The cell's regime-map row: method -> mean hard-tier change against ERM (points, seeds 0-4).
+
+    Reads every report of the cell (``<cell>``, ``<cell>-baselines``, and ``<cell>-track``: tune's
+    configurations that are not in the row, run on seeds 0-4); the first report measuring a method
+    counts, as in studies/regimes/regime_map.py."""
+    sys.path.insert(0, str(ROOT / "studies" / "regimes"))
+    from regime_map import cell_changes
+
+    glyphs = cell.startswith("glyphs-")
+    base, name = (REGIMES_K100, cell.removeprefix("glyphs-")) if glyphs else (REGIMES, cell)
+    row: dict[str, float] = {"erm": 0.0}
+    for report in sorted(base.glob(f"{name}*/runs.csv")):
+        if report.parent.name not in (name, f"{name}-baselines", f"{name}-track"):
+            continue
+        for method, tiers in cell_changes(report).items():
+            if method not in row and len(tiers["hard"]) == 5:
+                row[method] = sum(tiers["hard"]) / 5
+    return row
+
+
+def summary(out: Path) -> list[dict[str, Any]]:
+    """One row per finished (cell, set) tune: the choice, its fresh-seed change, its regret."""
+    rows = []
+    for cell in CELLS:
+        row = regime_row(cell)
+        for candidate_set in SETS:
+            record_file = out / f"{cell}-{candidate_set}" / "recommendation.json"
+            if not record_file.is_file():
+                continue
+            record = json.loads(record_file.read_text())
+            label = "erm" if record["recommendation_is_erm"] else record["label"]
+            verdict = record.get("verdict") or {}
+            hard = [100 * d for d in (verdict.get("hard_tier") or {}).get("differences") or []]
+            overall = [100 * d for d in (verdict.get("overall") or {}).get("differences") or []]
+            hard_mean, hard_ci = _mean_ci(hard) if hard else (0.0, math.nan)
+            overall_mean, overall_ci = _mean_ci(overall) if overall else (0.0, math.nan)
+            method = "erm" if label == "erm" else IN_ROW.get(label, label)
+            chosen = row.get(method)
+            best_method = max(row, key=lambda m: row[m])
+            walls = json.loads((out / f"{cell}-{candidate_set}" / "wall_time.json").read_text()) \
+                if (out / f"{cell}-{candidate_set}" / "wall_time.json").is_file() else []
+            rows.append({
+                "cell": cell, "set": candidate_set, "choice": label,
+                "outcome": verdict.get("outcome", "nothing to confirm"),
+                "fresh_hard": hard_mean, "fresh_hard_ci95": hard_ci,
+                "fresh_overall": overall_mean, "fresh_overall_ci95": overall_ci,
+                "harm": label != "erm" and hard_ci == hard_ci and hard_mean + hard_ci < 0,
+                "best_in_hindsight": best_method, "best_change": row[best_method],
+                "chosen_change": chosen, "regret": None if chosen is None else row[best_method] - chosen,
+                "wall_min": round(sum(w["wall_s"] for w in walls) / 60, 1),
+                "commit": record.get("git_commit"),
+            })
+    return rows
+
+
+def apply_rule(rows: list[dict[str, Any]]) -> str:
+    """docs/benchmarks/tune-track-record.md's rule, once every (cell, set) tune and regret exists."""
+    done = {(r["cell"], r["set"]) for r in rows if r["regret"] is not None}
+    missing = [f"{c}/{s}" for c in CELLS for s in SETS if (c, s) not in done]
+    if missing:
+        return f"rule not applied: {len(missing)} of {len(CELLS) * len(SETS)} (cell, set) results missing"
+    mean_regret = {s: sum(r["regret"] for r in rows if r["set"] == s) / len(CELLS) for s in SETS}
+    harms = {s: sum(r["harm"] for r in rows if r["set"] == s) for s in SETS}
+    qualifying = [s for s in SETS if harms[s] == 0]
+    figures = ", ".join(f"{s}: mean regret {mean_regret[s]:.2f}, harm count {harms[s]}" for s in SETS)
+    if not qualifying:
+        return f"{figures}; no set qualifies: the default stays quick"
+    lowest = min(mean_regret[s] for s in qualifying)
+    chosen = min((s for s in qualifying if mean_regret[s] <= lowest + 0.25), key=SELECTION_RUNS.__getitem__)
+    return f"{figures}; default: {chosen}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "n/a" if value != value else f"{value:+.2f}"
+    return "n/a" if value is None else str(value)
+
+
+def print_summary(out: Path) -> None:
+    rows = summary(out)
+    print("| cell | set | choice | verdict | fresh hard (pts, 95% CI) | fresh overall | best in hindsight "
+          "(hard, seeds 0-4) | chosen's change | regret | wall (min) |")
+    print("|---|---|---|---|---:|---:|---|---:|---:|---:|")
+    for r in rows:
+        regret = "not in the row yet" if r["regret"] is None else format(r["regret"], ".2f")
+        cells = [r["cell"], r["set"], r["choice"], r["outcome"],
+                 f"{_fmt(r['fresh_hard'])} ± {_fmt(r['fresh_hard_ci95']).lstrip('+')}",
+                 _fmt(r["fresh_overall"]), f"{r['best_in_hindsight']} ({_fmt(r['best_change'])})",
+                 _fmt(r["chosen_change"]), regret, str(r["wall_min"])]
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print(apply_rule(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--glyphs", type=Path)
     run.add_argument("--workers", type=int, default=2)
+    report = sub.add_parser("summary", help="the track-record table and the rule's outcome so far")
+    report.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "summary":
+        print_summary(args.out)
+        return 0
 
     config = run_config(args.cell, args.out, args.glyphs)
     name = f"{args.cell}-{args.candidates}"
