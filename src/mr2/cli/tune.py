@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names)):
             if value is not None:
-                raise TuneInputError(COMMAND_ONLY.format(flag=flag))
+                raise TuneInputError(_COMMAND_ONLY.format(flag=flag))
         launcher = None
         if args.launcher is not None or args.launcher_options:
             from mr2.sweep.launcher import parse_launcher_option
@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else EXIT_FAILED_RUNS
 
 
-COMMAND_ONLY = "{flag} applies to --command (a --config run configuration knows its classes)"
-CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training)"
-NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"
+_COMMAND_ONLY = "{flag} applies to --command (a --config run configuration knows its classes)"
+_CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training)"
+_NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"
 
 
 class _Stopped(BaseException):
@@ -165,7 +165,7 @@ def _run_command(args: argparse.Namespace) -> int:
                         ("--threads-per-run", args.threads_per_run is not None))
         for flag, given in config_flags:
             if given:
-                raise TuneInputError(CONFIG_ONLY.format(flag=flag))
+                raise TuneInputError(_CONFIG_ONLY.format(flag=flag))
         launcher = None
         if args.launcher is not None or args.launcher_options:
             from mr2.sweep.launcher import launcher_from_dict, parse_launcher_option
@@ -175,7 +175,7 @@ def _run_command(args: argparse.Namespace) -> int:
             launcher = launcher_from_dict(raw)
         template = check_command(args.command)
         if args.num_classes is None:
-            raise TuneInputError(NEEDS_NUM_CLASSES)
+            raise TuneInputError(_NEEDS_NUM_CLASSES)
         workers = 1 if args.workers is None else args.workers  # mr2 cannot set the command's threads
         if workers < 1:
             raise TuneInputError(BAD_COUNT.format(flag="--workers", value=workers))

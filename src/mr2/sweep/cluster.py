@@ -42,8 +42,8 @@ __all__ = ["JOBS_FILE", "SUBMITIT_DIR", "TrainJob", "read_jobs", "submit_points"
 
 SUBMITIT_DIR = "submitit"
 JOBS_FILE = "jobs.json"
-TRAIN_FAILED = "mr2 train exited with code {code}; log: {log}"
-GAVE_UP = "failed {attempts} time(s) (max_requeues: {max_requeues}); last: {error}"
+_TRAIN_FAILED = "mr2 train exited with code {code}; log: {log}"
+_GAVE_UP = "failed {attempts} time(s) (max_requeues: {max_requeues}); last: {error}"
 POLL_SECONDS = 2.0
 
 
@@ -87,7 +87,7 @@ class TrainJob:
                 with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                     code = train_from_config_file(self.config_file)
         if code != 0:
-            raise RuntimeError(TRAIN_FAILED.format(code=code, log=self.log_file))
+            raise RuntimeError(_TRAIN_FAILED.format(code=code, log=self.log_file))
         return self.config_file
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -251,7 +251,7 @@ def submit_points(
                           file=out, flush=True)
                     continue
                 del active[name]
-                message = GAVE_UP.format(attempts=attempt, max_requeues=options.max_requeues, error=error)
+                message = _GAVE_UP.format(attempts=attempt, max_requeues=options.max_requeues, error=error)
                 jobs.record(point, job, attempt, "failed", message)
                 outcome = RunOutcome(point, "failed", time.perf_counter() - start, None, message,
                                      log_tail(point.directory.log))

@@ -55,7 +55,7 @@ NO_SLURM = (
 )
 #: The Slurm commands submitit's Slurm executor calls (sbatch to submit; srun to detect the cluster).
 SLURM_COMMANDS = ("sbatch", "srun")
-BAD_OPTION = "launcher key {path!r} {problem}; got {value!r}"
+_BAD_OPTION = "launcher key {path!r} {problem}; got {value!r}"
 NOT_KEY_VALUE = "--launcher-option takes KEY=VALUE (e.g. partition=gpu); got {value!r}"
 SLURM_ONLY = (
     "launcher key {key!r} only applies to launcher 'slurm'; set --launcher slurm (or launcher.name: "
@@ -88,19 +88,19 @@ class LauncherOptions:
                     "max_requeues": 0}
         for key, minimum in minimums.items():
             if getattr(self, key) < minimum:
-                raise ConfigError(BAD_OPTION.format(path=f"{path}.{key}", problem=f"must be >= {minimum}",
+                raise ConfigError(_BAD_OPTION.format(path=f"{path}.{key}", problem=f"must be >= {minimum}",
                                                     value=getattr(self, key)))
         if self.cpus_per_run is not None and self.cpus_per_run < 1:
-            raise ConfigError(BAD_OPTION.format(path=f"{path}.cpus_per_run", problem="must be >= 1 or null",
+            raise ConfigError(_BAD_OPTION.format(path=f"{path}.cpus_per_run", problem="must be >= 1 or null",
                                                 value=self.cpus_per_run))
         if self.mem_gb is not None and self.mem_gb <= 0:
-            raise ConfigError(BAD_OPTION.format(path=f"{path}.mem_gb", problem="must be > 0 or null",
+            raise ConfigError(_BAD_OPTION.format(path=f"{path}.mem_gb", problem="must be > 0 or null",
                                                 value=self.mem_gb))
         if not isinstance(self.setup, list) or not all(isinstance(line, str) for line in self.setup):
-            raise ConfigError(BAD_OPTION.format(path=f"{path}.setup", problem="must be a list of shell lines",
-                                                value=self.setup))
+            raise ConfigError(_BAD_OPTION.format(path=f"{path}.setup",
+                                                 problem="must be a list of shell lines", value=self.setup))
         if self.nodes_per_run > 1 and self.executor != "slurm":
-            raise ConfigError(BAD_OPTION.format(path=f"{path}.nodes_per_run",
+            raise ConfigError(_BAD_OPTION.format(path=f"{path}.nodes_per_run",
                                                 problem="> 1 needs executor 'slurm' (submitit's local "
                                                 "executors run on one node)", value=self.nodes_per_run))
 

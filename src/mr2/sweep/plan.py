@@ -29,8 +29,8 @@ from mr2.sweep.spec import MethodEntry, SweepSpec, SweepSpecError, entry_base
 
 __all__ = ["RunPoint", "format_value", "plan_sweep"]
 
-POINT_INVALID = "run {name!r} of the sweep has an invalid configuration: {error}"
-NAME_COLLISION = (
+_POINT_INVALID = "run {name!r} of the sweep has an invalid configuration: {error}"
+_NAME_COLLISION = (
     "runs {first!r} and {second!r} of the sweep get the same directory name {name!r}; give the grid "
     "values distinct spellings"
 )
@@ -176,11 +176,11 @@ def plan_sweep(spec: SweepSpec) -> list[RunPoint]:
                     data.update(name=name, seed=seed, output_dir=sweep_dir)
                     config = config_from_dict(data)
                 except (ConfigError, DottedPathError) as error:
-                    raise SweepSpecError(POINT_INVALID.format(name=name, error=error)) from error
+                    raise SweepSpecError(_POINT_INVALID.format(name=name, error=error)) from error
                 described = f"{entry.label} {setting_name} seed {seed}"
                 if name in names:
                     raise SweepSpecError(
-                        NAME_COLLISION.format(first=names[name], second=described, name=name)
+                        _NAME_COLLISION.format(first=names[name], second=described, name=name)
                     )
                 names[name] = described
                 points.append(RunPoint(name, entry.label, entry.method, seed, shown, setting_name, config))

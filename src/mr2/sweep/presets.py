@@ -15,9 +15,9 @@ from pathlib import Path
 from mr2.config import load_yaml
 from mr2.sweep.spec import SweepSpec, SweepSpecError, spec_from_dict
 
-__all__ = ["UNKNOWN_PRESET", "load_preset", "preset_descriptions", "preset_names", "preset_path"]
+__all__ = ["load_preset", "preset_descriptions", "preset_names", "preset_path"]
 
-UNKNOWN_PRESET = "unknown preset {name!r}; available presets: {names} (see `mr2 presets`)."
+_UNKNOWN_PRESET = "unknown preset {name!r}; available presets: {names} (see `mr2 presets`)."
 
 
 def _directory() -> Path:
@@ -37,7 +37,7 @@ def preset_path(name: str) -> Path:
     """
     path = _directory() / f"{name}.yaml"
     if not path.is_file():
-        raise SweepSpecError(UNKNOWN_PRESET.format(name=name, names=", ".join(preset_names())))
+        raise SweepSpecError(_UNKNOWN_PRESET.format(name=name, names=", ".join(preset_names())))
     return path
 
 

@@ -40,7 +40,7 @@ __all__ = [
     "write_sweep_report",
 ]
 
-NO_REFERENCE_RUN = (
+_NO_REFERENCE_RUN = (
     "no run of the reference {reference!r} finished, so there is nothing to compare against; see the "
     "failed runs above"
 )
@@ -282,7 +282,7 @@ def write_sweep_report(
     selection = select_settings(points, runs, spec.select_by)
     selected = selection.selected_runs()
     if not any(run.method == spec.reference for run in selected):
-        raise SweepReportError(NO_REFERENCE_RUN.format(reference=spec.reference))
+        raise SweepReportError(_NO_REFERENCE_RUN.format(reference=spec.reference))
     options = spec.report
     output = write_report(
         selected,

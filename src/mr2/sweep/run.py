@@ -23,9 +23,9 @@ from mr2.sweep.runner import FINISHED_ELSEWHERE, RunOutcome, run_points
 from mr2.sweep.selection import SelectionError
 from mr2.sweep.spec import SweepSpec, SweepSpecError
 
-__all__ = ["SWEEP_DIR_UNUSABLE", "SweepResult", "describe_plan", "prepare_sweep", "run_sweep"]
+__all__ = ["SweepResult", "describe_plan", "prepare_sweep", "run_sweep"]
 
-SWEEP_DIR_UNUSABLE = (
+_SWEEP_DIR_UNUSABLE = (
     "cannot write the sweep directory {path}: {reason}; choose another output directory "
     "(--output-dir DIR or the file's output_dir)"
 )
@@ -100,7 +100,7 @@ def _write_plan(spec: SweepSpec, points: list[RunPoint]) -> Path:
 
 
 def _unusable(path: Path, reason: str) -> SweepSpecError:
-    return SweepSpecError(SWEEP_DIR_UNUSABLE.format(path=path, reason=reason))
+    return SweepSpecError(_SWEEP_DIR_UNUSABLE.format(path=path, reason=reason))
 
 
 def _make_sweep_dir(sweep_dir: Path) -> None:

@@ -59,7 +59,7 @@ __all__ = [
     "run_points",
 ]
 
-STALE_RUN = (
+_STALE_RUN = (
     "{run_dir} holds a finished run with a different configuration (differs in: {keys}); delete "
     "that directory to re-run it, or give the sweep another name / output_dir"
 )
@@ -67,14 +67,14 @@ IN_USE = (
     "not started: process {pid} owns {run_dir} (another sweep or `mr2 train` is training it); "
     "re-run the sweep once it has ended to include the run"
 )
-WAITING = (
+_WAITING = (
     "waiting for {name}: process {pid} owns {run_dir} (another sweep or `mr2 train` is training it); "
     "its result is used once it ends"
 )
 FINISHED_ELSEWHERE = "finished by another process"
-NO_FINAL = "the run ended with exit code 0 but wrote no final.json"
-STOPPED = "stopped: the sweep was interrupted (it resumes from its checkpoint)"
-NOT_STARTED = "not started: the sweep was interrupted"
+_NO_FINAL = "the run ended with exit code 0 but wrote no final.json"
+_STOPPED = "stopped: the sweep was interrupted (it resumes from its checkpoint)"
+_NOT_STARTED = "not started: the sweep was interrupted"
 ALL_FAILED = "every run failed ({message}); the first, {name}, logged: {excerpt}"
 ONLY_HEADER = (
     "nothing but its header line: the error is on this terminal above (the training process failed "
@@ -148,7 +148,7 @@ def _finished_outcome(point: RunPoint, message: str) -> RunOutcome:
     """``skipped`` for a finished run of the planned configuration, ``failed`` for another one."""
     differs = finished_config_mismatch(point)
     if differs:
-        message = STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
+        message = _STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
         return RunOutcome(point, "failed", message=message)
     return RunOutcome(point, "skipped", message=message)
 
@@ -163,7 +163,7 @@ def _wait_released(point: RunPoint, stopping: threading.Event) -> bool:
 
 def _train(pool: TrainerPool, point: RunPoint, waiting: Callable[[RunPoint, int], None]) -> RunOutcome:
     """Train ``point``, waiting first for any other process that holds it (module docstring)."""
-    outcome = RunOutcome(point, "failed", message=NOT_STARTED)
+    outcome = RunOutcome(point, "failed", message=_NOT_STARTED)
     for _ in range(_MAX_ATTEMPTS):
         holder = point.directory.holder()
         if holder is not None:
@@ -171,19 +171,19 @@ def _train(pool: TrainerPool, point: RunPoint, waiting: Callable[[RunPoint, int]
                 return RunOutcome(point, "running", message=IN_USE.format(pid=holder, run_dir=point.run_dir))
             waiting(point, holder)
             if not _wait_released(point, pool.stopping):
-                return RunOutcome(point, "failed", message=NOT_STARTED)
+                return RunOutcome(point, "failed", message=_NOT_STARTED)
         if point.directory.is_finished:
             return _finished_outcome(point, FINISHED_ELSEWHERE)
         start = time.perf_counter()
         returncode = pool.train(point)
         if returncode is None:
-            return RunOutcome(point, "failed", message=NOT_STARTED)
+            return RunOutcome(point, "failed", message=_NOT_STARTED)
         seconds = time.perf_counter() - start
         if returncode == 0 and point.directory.is_finished:
             return RunOutcome(point, "done", seconds, returncode)
         if pool.stopping.is_set():
-            return RunOutcome(point, "failed", seconds, returncode, STOPPED, log_tail(point.directory.log))
-        message = NO_FINAL if returncode == 0 else f"exit code {returncode}"
+            return RunOutcome(point, "failed", seconds, returncode, _STOPPED, log_tail(point.directory.log))
+        message = _NO_FINAL if returncode == 0 else f"exit code {returncode}"
         outcome = RunOutcome(point, "failed", seconds, returncode, message, log_tail(point.directory.log))
         if point.directory.holder() is None and not point.directory.is_finished:
             return outcome  # a failure of its own: nobody else took the run
@@ -217,7 +217,7 @@ def pending_points(
         if point.directory.is_finished:
             differs = finished_config_mismatch(point)
             if differs:
-                message = STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
+                message = _STALE_RUN.format(run_dir=point.run_dir, keys=", ".join(differs))
                 report(RunOutcome(point, "failed", message=message), f"FAILED {point.name}: {message}")
             else:
                 report(RunOutcome(point, "skipped"), f"skipped {point.name} (finished earlier)")
@@ -277,7 +277,7 @@ def run_points(
             if point.name in announced:
                 return
             announced.add(point.name)
-        print(WAITING.format(name=point.name, pid=pid, run_dir=point.run_dir), file=out, flush=True)
+        print(_WAITING.format(name=point.name, pid=pid, run_dir=point.run_dir), file=out, flush=True)
 
     def report(outcome: RunOutcome, text: str) -> None:
         nonlocal counter
@@ -364,7 +364,7 @@ def all_failed_line(attempted: Sequence[RunOutcome], *, script_main: bool = True
     means the process failed before writing to it; with ``script_main`` (trainers forked from a fork
     server, which imports the ``__main__`` script again) and a script as ``__main__``, the line
     names the missing ``if __name__ == "__main__":`` guard."""
-    if len(attempted) < 2 or any(o.status != "failed" or o.message == STOPPED for o in attempted):
+    if len(attempted) < 2 or any(o.status != "failed" or o.message == _STOPPED for o in attempted):
         return None
     if len({o.message for o in attempted}) != 1:
         return None

@@ -28,7 +28,7 @@ from mr2.sweep.plan import RunPoint
 
 __all__ = ["Selection", "SelectionError", "SettingScore", "select_settings", "validation_metric"]
 
-NO_VALIDATION = (
+_NO_VALIDATION = (
     "run {run} has no validation results in final.json, so {label}'s settings cannot be compared "
     "without looking at the test split; set data.val_fraction > 0 in the sweep's base configuration"
 )
@@ -186,7 +186,7 @@ def select_settings(
             if several:
                 for run, value in zip(score.runs, score.scores, strict=True):
                     if math.isnan(value):
-                        raise SelectionError(NO_VALIDATION.format(run=run.label, label=label))
+                        raise SelectionError(_NO_VALIDATION.format(run=run.label, label=label))
             score.mean, score.std, _ = mean_std(score.scores) if score.scores else (math.nan, math.nan, 0)
         candidates = [s for s in scores if s.runs]
         if not candidates:

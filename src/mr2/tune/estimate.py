@@ -22,14 +22,14 @@ from mr2.sweep.progress import format_duration
 from mr2.tune.run import TuneRequest
 
 __all__ = [
-    "NO_ESTIMATE_COMMAND", "NO_ESTIMATE_LINEAR_PROBE", "StepTiming", "estimate_text", "measure_step",
+    "NO_ESTIMATE_COMMAND", "StepTiming", "estimate_text", "measure_step",
     "tune_estimate",
 ]
 
 #: The dry run's line for ``--command``: mr2 cannot time the user's program without running it.
 NO_ESTIMATE_COMMAND = "time estimate: none (mr2 cannot time your command without running it)"
 #: The dry run's line for ``regime: linear_probe``: its data is built by extracting features.
-NO_ESTIMATE_LINEAR_PROBE = (
+_NO_ESTIMATE_LINEAR_PROBE = (
     "time estimate: none (a linear_probe run extracts its features first; the dry run does not)"
 )
 #: Steps timed after one untimed warm-up step.
@@ -122,7 +122,7 @@ def tune_estimate(request: TuneRequest) -> str:
     will get (as the sweep's runner sets them), or why there is none."""
     config = request.config
     if config.regime == "linear_probe":
-        return NO_ESTIMATE_LINEAR_PROBE
+        return _NO_ESTIMATE_LINEAR_PROBE
     threads = request.threads_per_run or default_threads(request.workers)
     timing = measure_step(config, threads)
     selection_runs = len(request.candidates) * len(request.seeds)

@@ -49,7 +49,7 @@ _PARAMETER_METHODS = ("supcon",)
 #: Options that act through engine hooks which plain training code does not call.
 _ENGINE_OPTIONS = {"mr2": {"margin_warmup_epochs": 0}}
 
-BAD_SPEC = (
+_BAD_SPEC = (
     "loss specification {value} is not a JSON object {{\"method\": NAME, \"options\": {{...}}}}: {problem}"
 )
 UNKNOWN_LOSS = (
@@ -60,7 +60,7 @@ ENGINE_ONLY = (
     "method {name!r} is a two-stage procedure that needs mr2's engine; it runs through `mr2 tune --config` "
     "only (losses for your own code: {choices})"
 )
-ENGINE_OPTION = (
+_ENGINE_OPTION = (
     "option {option!r} of method {name!r} acts through mr2's engine (an epoch hook your code does not "
     "call); leave it at {default!r} in a loss specification"
 )
@@ -72,16 +72,16 @@ NEEDS_FEATURES = (
     "the {name!r} loss reads the features (the penultimate layer, [B, d]): call it as "
     "loss(logits, features, target) with features, not None"
 )
-NEEDS_COUNTS = (
+_NEEDS_COUNTS = (
     "group_dro with adjustment > 0 needs the training set's class counts: pass class_counts= ([K] ints)"
 )
-BAD_NUM_CLASSES = "num_classes must be an integer >= 2; got {value!r}"
+_BAD_NUM_CLASSES = "num_classes must be an integer >= 2; got {value!r}"
 _SHOWN = 80
 
 
 def _bad(spec: Any, problem: str) -> TuneInputError:
     text = repr(spec)
-    return TuneInputError(BAD_SPEC.format(value=text if len(text) <= _SHOWN else text[:_SHOWN] + "...",
+    return TuneInputError(_BAD_SPEC.format(value=text if len(text) <= _SHOWN else text[:_SHOWN] + "...",
                                           problem=problem))
 
 
@@ -133,7 +133,7 @@ def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
         raise TuneInputError(UNKNOWN_OPTIONS.format(unknown=unknown, name=name, valid=sorted(valid)))
     for option, default in _ENGINE_OPTIONS.get(name, {}).items():
         if option in options and options[option] != default:
-            raise TuneInputError(ENGINE_OPTION.format(option=option, name=name, default=default))
+            raise TuneInputError(_ENGINE_OPTION.format(option=option, name=name, default=default))
     return {"method": name, "options": dict(options)}
 
 
@@ -233,13 +233,13 @@ def loss_from_spec(
 
     parsed = parse_loss_spec(spec)
     if not _is_int(num_classes) or num_classes < 2:
-        raise TuneInputError(BAD_NUM_CLASSES.format(value=num_classes))
+        raise TuneInputError(_BAD_NUM_CLASSES.format(value=num_classes))
     name, options = parsed["method"], parsed["options"]
     if name in _PARAMETER_METHODS and feature_dim is None:
         raise TuneInputError(NEEDS_FEATURE_DIM.format(name=name))
     counts = None if class_counts is None else torch.as_tensor(class_counts)
     if name == "group_dro" and float(options.get("adjustment", 0.0)) > 0 and counts is None:
-        raise TuneInputError(NEEDS_COUNTS)
+        raise TuneInputError(_NEEDS_COUNTS)
     try:
         method = build_method(name, int(num_classes), **options)
     except (MethodConfigError, MR2InputError, TypeError, ValueError) as error:

@@ -74,20 +74,20 @@ OVERLAPPING_SEEDS = (
     "selection seeds {selection} and confirmation seeds {confirmation} overlap in {common}; the "
     "confirmation must use fresh seeds"
 )
-SELECTION_FAILED = "no recommendation: {error}"
+_SELECTION_FAILED = "no recommendation: {error}"
 OLD_RUNS = (
     "Some selection runs were finished by an older mr2 without per-sample validation predictions "
     "(predictions/val.npz): their tiers are ranked and scored on the same validation samples (the rule "
     "below); delete those runs to rerun them under the split-half rule."
 )
-NO_VERDICT_BLOCK = (
+_NO_VERDICT_BLOCK = (
     "Chosen on validation (no verdict on fresh seeds: read the confirmation below before you paste it "
     "into your run configuration):"
 )
-NO_TEST_PREDICTIONS = (
+_NO_TEST_PREDICTIONS = (
     "{run} has no predictions/test.npz (finished by an older mr2); delete it and rerun the tune for a verdict"
 )
-REFERENCE_INCOMPLETE = (
+_REFERENCE_INCOMPLETE = (
     "ERM lacks selection seed(s) {seeds} (not accepted by this invocation's sweep: see above), so the "
     "candidates cannot be compared with it seed for seed; re-run once those runs can train"
 )
@@ -335,7 +335,7 @@ def choose_complete(runs: Mapping[str, Sequence[ValidationFigures]], missing: Ma
         TuneSelectionError: ERM lacks a selection seed, or :func:`choose` refuses.
     """
     if REFERENCE_LABEL in missing:
-        raise TuneSelectionError(REFERENCE_INCOMPLETE.format(seeds=list(missing[REFERENCE_LABEL])))
+        raise TuneSelectionError(_REFERENCE_INCOMPLETE.format(seeds=list(missing[REFERENCE_LABEL])))
     return choose(runs, criterion, REFERENCE_LABEL, seeds=seeds)
 
 
@@ -368,7 +368,7 @@ def engine_verdict(choice: Choice, recommended: Candidate, points: Sequence[RunP
     for point in points:
         file = point.run_dir / PREDICTIONS_DIR / "test.npz"
         if not file.is_file():
-            return None, NO_TEST_PREDICTIONS.format(run=point.run_dir)
+            return None, _NO_TEST_PREDICTIONS.format(run=point.run_dir)
         with np.load(file, allow_pickle=False) as data:
             predictions.setdefault(point.label, {})[point.seed] = (data["y_true"], data["y_pred"])
         num_classes = point.directory.read_final().num_classes
@@ -476,7 +476,7 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
     try:
         choice = choose_complete(read_engine_runs(accepted), missing, request.criterion, request.seeds)
     except TuneSelectionError as error:
-        outcome.error = SELECTION_FAILED.format(error=error)
+        outcome.error = _SELECTION_FAILED.format(error=error)
         print(f"\n{outcome.error}", file=out)
         return outcome
     outcome.choice = choice
@@ -527,7 +527,7 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         print("\n" + verdict_text(verdict, paste=method_yaml(recommended)) + "\n", file=out)
     else:
         print(f"\nno verdict: {verdict_error}", file=out)
-        print(f"\n{NO_VERDICT_BLOCK}\n", file=out)
+        print(f"\n{_NO_VERDICT_BLOCK}\n", file=out)
         print(textwrap.indent(method_yaml(recommended), "    "), file=out)
     if confirmation.report is not None:
         print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)

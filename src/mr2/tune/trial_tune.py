@@ -74,13 +74,13 @@ ENGINE_ONLY_CANDIDATE = (
     "candidate {label!r} ({method}) needs mr2's engine (a two-stage procedure); with training code of "
     "your own the candidates must be losses (see mr2.tune.loss_spec.LOSS_METHODS); use mr2 tune --config"
 )
-BAD_CLASS_NAMES = "class_names must be {num_classes} distinct non-empty strings; got {problem}"
+_BAD_CLASS_NAMES = "class_names must be {num_classes} distinct non-empty strings; got {problem}"
 NOT_CALLABLE = "train_fn must be callable as train_fn(candidate, seed); got {kind}"
-NO_SUBMIT = (
+_NO_SUBMIT = (
     "executor must have submit(fn, *args) (a concurrent.futures.Executor or a submitit executor); got {kind}"
 )
-SELECTION_FAILED = "no recommendation: {error}"
-BAD_REPORT = "the confirmation report could not be written: {error}"
+_SELECTION_FAILED = "no recommendation: {error}"
+_BAD_REPORT = "the confirmation report could not be written: {error}"
 
 
 @dataclass
@@ -155,7 +155,7 @@ def _class_names(value: Sequence[str] | None, num_classes: int) -> list[str] | N
     elif len(set(names)) != len(names):
         problem = "duplicates"
     if problem:
-        raise TuneInputError(BAD_CLASS_NAMES.format(num_classes=num_classes, problem=problem))
+        raise TuneInputError(_BAD_CLASS_NAMES.format(num_classes=num_classes, problem=problem))
     return names
 
 
@@ -329,7 +329,7 @@ def tune_trials(
         figures = {key: full.get(key) for key in ("reference", "tiers", "methods")}
         report_dir = target
     except ReportError as error:
-        report_error = BAD_REPORT.format(error=error)
+        report_error = _BAD_REPORT.format(error=error)
 
     def test_predictions(label: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         return {t.seed: store.read(t, ("test",))["test"] for t in confirmation if t.candidate.label == label}
@@ -450,7 +450,7 @@ def tune(
     if not callable(train_fn):
         raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
     if executor is not None and not callable(getattr(executor, "submit", None)):
-        raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
+        raise TuneInputError(_NO_SUBMIT.format(kind=type(executor).__name__))
     request = make_trial_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
                                  confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
                                  name=name, class_names=class_names, source={"kind": "python"})

@@ -55,7 +55,7 @@ WRONG_TYPE = (
     "trial {trial}: the training code returned {kind}; it must return mr2.tune.TrialPredictions(val=..., "
     "test=...) (each a mr2.tune.Predictions or a dict with y_true and y_pred or logits){log}"
 )
-BAD_SPLIT = "trial {trial}, {split} split: {problem}{log}"
+_BAD_SPLIT = "trial {trial}, {split} split: {problem}{log}"
 Y_TRUE_DIFFERS = (
     "trial {trial}, {split} split: y_true differs from trial {first}'s ({detail}); every trial must "
     "predict the same {split} samples in the same order{log}"
@@ -64,7 +64,7 @@ STALE_TRIAL = (
     "{path} holds a finished trial of another tune ({key}: {found!r}, this tune: {expected!r}); delete "
     "that directory to re-run it, or give the tune another name / output directory"
 )
-TRIAL_FAILED = "trial {trial} failed: {error}{log}"
+_TRIAL_FAILED = "trial {trial} failed: {error}{log}"
 
 
 def _log(log: Path | None) -> str:
@@ -183,7 +183,7 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
         if isinstance(item, Mapping):
             unknown = sorted(set(map(str, item)) - {"y_true", "y_pred", "logits"})
             if unknown or "y_true" not in item:
-                raise TrialError(BAD_SPLIT.format(trial=trial.name, split=split, log=_log(log), problem=(
+                raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, log=_log(log), problem=(
                     f"a dict of y_true and y_pred or logits is expected; got keys {sorted(map(str, item))}")))
             item = Predictions(item["y_true"], item.get("y_pred"), item.get("logits"))
         if not isinstance(item, Predictions):
@@ -192,11 +192,11 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
         try:
             true, pred, scores = (_to_numpy(item.y_true), _to_numpy(item.y_pred), _to_numpy(item.logits))
         except (TypeError, ValueError) as error:
-            raise TrialError(BAD_SPLIT.format(trial=trial.name, split=split, problem=f"not arrays ({error})",
+            raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=f"not arrays ({error})",
                                               log=_log(log))) from None
         problem = _split_problem(true, pred, scores, num_classes)
         if problem:
-            raise TrialError(BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
+            raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
         y_true[split] = true.astype(np.int64)
         logits[split] = None if scores is None else scores
         y_pred[split] = (pred if scores is None else np.argmax(scores, axis=1)).astype(np.int64)
@@ -354,7 +354,7 @@ def run_trials(
         except Exception as error:
             message = str(error).strip().splitlines()
             text = f"{type(error).__name__}: {message[-1] if message else ''}".rstrip(": ")
-            failure = TRIAL_FAILED.format(trial=trial.name, error=text, log=_log(log(trial)))
+            failure = _TRIAL_FAILED.format(trial=trial.name, error=text, log=_log(log(trial)))
             raise TrialError(failure) from error
         stored = check_trial_predictions(trial, result, store.num_classes, log(trial))
         store.check_labels(stored, log(trial))

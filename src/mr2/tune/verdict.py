@@ -97,7 +97,7 @@ BAD_HARD_CLASSES = (
     "hard_classes must be distinct class ids in [0, {num_classes}), at least one; got {value}"
 )
 NO_HARD_SAMPLE = "no hard class ({classes}) has a test sample: the test hard tier cannot be scored"
-BAD_LEVEL = "alpha and power must lie strictly between 0 and 1; got alpha={alpha}, power={power}"
+_BAD_LEVEL = "alpha and power must lie strictly between 0 and 1; got alpha={alpha}, power={power}"
 
 
 class VerdictError(ValueError):
@@ -324,7 +324,7 @@ def judge_figures(
     from scipy import stats
 
     if not (0 < alpha < 1 and 0 < power < 1):
-        raise VerdictError(BAD_LEVEL.format(alpha=alpha, power=power))
+        raise VerdictError(_BAD_LEVEL.format(alpha=alpha, power=power))
     label = reference_label if chosen is None else (chosen_label or "the chosen candidate")
     seeds = sorted(reference) if chosen is None else sorted(set(reference) & set(chosen))
     if len(seeds) < 2:
