@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -56,8 +57,9 @@ class StepTiming:
 
 
 def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> StepTiming:
-    """Time ``steps`` training steps of ERM with ``config``'s data, model and optimiser on this machine,
-    with ``threads`` torch threads (restored afterwards), after one untimed step. Writes nothing."""
+    """Time ``steps`` training steps of ERM with ``config``'s data, model and optimiser on this machine
+    (loading their batches included), with ``threads`` torch threads (restored afterwards), after one
+    untimed step. Writes nothing."""
     from mr2.engine.builders import build_data
     from mr2.engine.loop import train_one_epoch
     from mr2.engine.runtime import Runtime, seed_everything
@@ -71,20 +73,30 @@ def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> S
         seed_everything(erm.seed, False)
         trainer = Trainer(erm, runtime, build_data(erm, runtime.device))
         loader = trainer.train_loader(0)
-        batches = list(itertools.islice(iter(loader), 1 + steps))
-        timed = len(batches) - 1
+        batches = iter(loader)
+        timed = 0
 
-        def run(part: list[object]) -> None:
-            train_one_epoch(trainer.train_model, trainer.method, part, trainer.optimizer, trainer.scheduler,
-                            trainer.step_setup)
+        def run(count: int) -> int:
+            done = 0
+
+            def counted() -> Iterator[object]:  # the batches are loaded inside the timed steps
+                nonlocal done
+                for batch in itertools.islice(batches, count):
+                    done += 1
+                    yield batch
+
+            train_one_epoch(trainer.train_model, trainer.method, counted(), trainer.optimizer,
+                            trainer.scheduler, trainer.step_setup)
             if runtime.device.type == "cuda":
                 torch.cuda.synchronize(runtime.device)
+            return done
 
-        run(batches[:1])
-        start = time.perf_counter()
-        if timed:
-            run(batches[1:])
-        seconds = (time.perf_counter() - start) / max(1, timed)
+        if run(1):  # warm-up (the loader's start, first allocations): not timed
+            start = time.perf_counter()
+            timed = run(steps)
+            seconds = (time.perf_counter() - start) / max(1, timed)
+        else:
+            seconds = 0.0
         return StepTiming(seconds, len(loader), threads, str(runtime.device), timed)
     finally:
         torch.set_num_threads(previous)
