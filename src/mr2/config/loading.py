@@ -67,7 +67,7 @@ class _Refused(yaml.YAMLError):
         self.line = None if mark is None else mark.line + 1
 
 
-#: libyaml's parser where PyYAML has it (about ten times faster than the pure-Python one).
+#: libyaml's parser where PyYAML has it (faster than the pure-Python one).
 _BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

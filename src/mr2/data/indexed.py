@@ -27,7 +27,7 @@ class IndexedDataset(Dataset[tuple[Any, int, int]]):
             for all of them.
         transform: applied to each input (augmentation, tensor conversion, normalisation).
         precompute: apply a DETERMINISTIC ``transform`` once, in chunks, to an in-memory tensor
-            source and keep the result (items are then plain indexing: ~50x faster than a
+            source and keep the result (items are then plain indexing instead of a
             per-item transform). Only for sources with an ``inputs`` tensor and transforms that
             work on batches (tensor conversion, normalisation); never for augmentation.
 

@@ -29,8 +29,7 @@ class SmallCNN(BackboneClassifier):
     is the feature vector. Pooling before normalising is close to the usual conv-BN-ReLU-pool order
     (max-pooling commutes with ReLU and with batch norm's per-channel affine map when its scale is
     positive; only the batch statistics are taken after pooling) and runs batch norm on a quarter of
-    the activations; with channels-last convolutions a training step at batch 128 measured ~1,600
-    samples/s on two CPU cores (~35 s per 54k-image Fashion-MNIST epoch); see docs/models.md.
+    the activations; its speed on CPU is measured in docs/models.md and BENCHMARKS.md.
 
     Args:
         num_classes: K.

@@ -138,7 +138,7 @@ def bootstrap_confusion(
 
     Args:
         confusion: K x K confusion matrix.
-        metrics: names from :func:`mr2.report.disparity.summary_metric_names` (default: all,
+        metrics: names from :func:`mr2.report.summary.summary_metric_names` (default: all,
             including ``tier:<name>`` when ``tiers`` is given).
         statistics: extra custom metrics, ``{name: f(correct [B, K], total [B, K]) -> [B]}``.
         tiers: fixed tier split (kept fixed across resamples: the tiers are a property of the

@@ -37,21 +37,11 @@ from mr2.report.bootstrap import ConfidenceInterval, bootstrap_confusion
 from mr2.report.confusion import confusion_matrix
 from mr2.report.exceptions import MissingClassWarning, ReportError
 from mr2.report.serialization import json_safe
-from mr2.report.summary import BOTTOM_FRACTION_INVALID, class_summary, summary_metric_names
+from mr2.report.summary import BOTTOM_FRACTION_INVALID, class_summary
 from mr2.report.tiers import ASSIGNMENT_MISMATCH, TierSplit, _format_ids
-from mr2.report.validation import CONFUSION_NOT_COUNTS, CONFUSION_NOT_SQUARE, validate_confusion
+from mr2.report.validation import validate_confusion
 
-# The helpers below moved to their own modules; they stay importable from here.
-__all__ = [
-    "CONFUSION_NOT_COUNTS",
-    "CONFUSION_NOT_SQUARE",
-    "DisparityReport",
-    "class_summary",
-    "json_safe",
-    "per_class_accuracy",
-    "summary_metric_names",
-    "validate_confusion",
-]
+__all__ = ["DisparityReport"]
 
 CONFUSION_EMPTY = "the confusion matrix counts no sample at all; nothing was evaluated"
 CLASS_NAMES_MISMATCH = "got {num_names} class names for {num_classes} classes"
