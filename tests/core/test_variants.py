@@ -1,4 +1,4 @@
-"""The labelled variants of issue 11: additive_margin (float64 oracle), lp5's distance margin in the
+"""The labelled variants: additive_margin (float64 oracle), lp5's distance margin in the
 norm of the distances, the variance allocation's warm-up."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every fenced ```python block of README.md and docs/**/*.md runs as written (issue 26 item 2).
+"""Every fenced ```python block of README.md and docs/**/*.md runs as written.
 
 Each block is written to ``snippet.py`` in an empty temporary directory and run there with this
 interpreter, in its own process (``__name__ == "__main__"``, so multiprocessing's start methods see

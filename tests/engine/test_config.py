@@ -60,7 +60,7 @@ def test_bad_override_and_missing_file(tmp_path):
         load_config(broken)
 
 
-# Stated ranges (issue 22 leftovers found by tests/sweep/test_fuzz_loaders.py): finite floats, seeds
+# Stated ranges (leftovers found by tests/sweep/test_fuzz_loaders.py): finite floats, seeds
 # numpy accepts, sane maxima for epochs and batch sizes; one-line ConfigErrors, never a traceback.
 @pytest.mark.parametrize(
     ("text", "path", "expected"),
@@ -130,7 +130,7 @@ def _readme_run_config() -> str:
 
 
 def test_set_method_name_drops_the_files_options_for_another_method(tmp_path):
-    # issue 26 item 5: `--set method.name=erm` on README's config failed on MR2's leftover options.
+    # `--set method.name=erm` on README's config failed on MR2's leftover options.
     from mr2.config.loading import OPTIONS_DROPPED
 
     path = tmp_path / "run.yaml"

@@ -1,4 +1,4 @@
-"""The companion preset of issue 17 runs the reference protocol with the four baselines."""
+"""The baselines' companion preset runs the reference protocol with the four baselines."""
 
 from __future__ import annotations
 

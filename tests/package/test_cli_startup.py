@@ -1,4 +1,4 @@
-"""The command line's fast paths import neither torch nor numpy (issue 26 item 1), and the lazy public
+"""The command line's fast paths import neither torch nor numpy, and the lazy public
 API (PEP 562 ``__getattr__`` in ``mr2``, ``mr2.report``, ``mr2.sweep``) still gives every name.
 
 Each command runs in a fresh interpreter (a subprocess), so that what it imports is all that is in

@@ -16,21 +16,6 @@ from mr2.errors import MR2Error, check_choice, choices, either, listed
 
 SRC = Path(mr2.__file__).resolve().parent
 
-#: Exceptions (by class name) of modules that derive from MR2Error in a later change (issue 27,
-#: item 4); empty this set as they do. Any other exception of mr2 outside the family fails the test.
-NOT_YET = {
-    "PredictionsError",
-    "ReportError",
-    "RunDirectoryError",
-    "RunLockedError",
-    "SelectionError",
-    "SweepReportError",
-    "SweepSpecError",
-    "TrialError",
-    "TuneInputError",
-    "TuneSelectionError",
-    "VerdictError",
-}
 _BUILTIN = (ValueError, RuntimeError, OSError)
 
 
@@ -56,8 +41,8 @@ def test_every_exception_of_mr2_is_an_mr2_error_and_keeps_its_builtin_base():
     assert classes.pop("mr2.errors.MR2Error") is MR2Error
     assert len(classes) >= 20  # the walk found them (25 when this test was written)
     outside = {cls.__name__ for cls in classes.values() if not issubclass(cls, MR2Error)}
-    assert outside <= NOT_YET
-    assert "ConfigError" not in NOT_YET and "mr2.config.errors.ConfigError" in classes  # the walk works
+    assert outside == set()
+    assert "mr2.config.errors.ConfigError" in classes and "mr2.rundir.lock.RunLockedError" in classes
     for name, cls in classes.items():
         assert issubclass(cls, _BUILTIN), name  # `except ValueError` (RuntimeError, OSError) still works
 

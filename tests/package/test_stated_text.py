@@ -1,5 +1,5 @@
-"""What the command line says about itself agrees with what was measured and with its own page
-(issue 26, item 10): the `fashion-mnist` preset's stated duration, `mr2 demo --help`."""
+"""What the command line says about itself agrees with what was measured and with its own page:
+the `fashion-mnist` preset's stated duration, `mr2 demo --help`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """report.md names the classes: the per-class table, the worst classes in the summary, the heading of a
-predictions report, and tests that need seeds said once (issue 26, items 3 and 8)."""
+predictions report, and tests that need seeds said once."""
 
 from __future__ import annotations
 

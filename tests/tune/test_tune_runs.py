@@ -239,7 +239,7 @@ def _finished_copy(tuned, tmp_path: Path) -> tuple[Path, list[str]]:
 
 
 def test_a_rerun_with_another_configuration_scores_none_of_the_refused_runs(tuned, tmp_path, capsys):
-    """Issue 22 item 2: rerun a finished tune with ``--set optim.lr=0.07``: its sweep refuses every
+    """Rerun a finished tune with ``--set optim.lr=0.07``: its sweep refuses every
     selection run (finished with lr 0.05), so none is scored, nothing is confirmed at lr 0.07 and the
     recommendation made at lr 0.05 stays as it was."""
     directory, args = _finished_copy(tuned, tmp_path)
@@ -260,7 +260,7 @@ def test_a_rerun_with_another_configuration_scores_none_of_the_refused_runs(tune
 
 def test_a_selection_run_locked_elsewhere_is_not_scored_and_its_candidate_is_not_eligible(
         tuned, tmp_path, capsys):
-    """Issue 22 item 2: a selection run owned by another process (its lock held) is not scored, even
+    """A selection run owned by another process (its lock held) is not scored, even
     if it finishes meanwhile; its candidate lacks that seed, so it is not eligible, and the record says
     which seed is missing."""
     from mr2.rundir import RunLock
@@ -316,7 +316,7 @@ def test_names_and_counts_out_of_range_are_refused_like_the_sweep_refuses_them(t
 
 
 def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_trials(tuned, tmp_path):
-    """Issue 23: the Python API fed the engine runs' own predictions (a train_fn that returns each
+    """The Python API fed the engine runs' own predictions (a train_fn that returns each
     selection and confirmation run's predictions/val.npz and test.npz) chooses what --config chose, with
     the same scores, tiers and verdict."""
     import io

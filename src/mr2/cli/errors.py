@@ -9,11 +9,10 @@ from __future__ import annotations
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Every :class:`~mr2.errors.MR2Error` (bad configuration, data, weights, checkpoints, method
-    options, run directories...), and the run directory's errors that do not derive from it yet.
+    options, run directories, sweeps, tune...).
 
     Imported lazily: the CLI starts without importing torch.
     """
     from mr2.errors import MR2Error
-    from mr2.rundir import RunDirectoryError, RunLockedError
 
-    return (MR2Error, RunDirectoryError, RunLockedError)
+    return (MR2Error,)

@@ -230,7 +230,7 @@ def train(config: RunConfig, *, overwrite: bool = False, quiet: bool = False) ->
 
 
 #: The errors a command reports on one line (exit code 2): bad input, whose message says how to fix it.
-_USER_ERRORS = (MR2Error, RunDirectoryError, RunLockedError)
+_USER_ERRORS = (MR2Error,)
 
 
 def train_from_config_file(

@@ -50,17 +50,7 @@ from mr2.report.statistics import (
 )
 from mr2.report.tiers import TierSplit
 
-# The statistics live in mr2.report.statistics; they stay importable from here.
-__all__ = [
-    "Comparison",
-    "MethodSummary",
-    "PairedTest",
-    "SignTest",
-    "compare_runs",
-    "mean_std",
-    "paired_t_test",
-    "sign_test",
-]
+__all__ = ["Comparison", "MethodSummary", "compare_runs"]
 
 REFERENCE_UNKNOWN = "reference method {name!r} is not among the runs' methods: {methods}"
 TIER_SOURCE_INVALID = "tier_source must be 'test' or 'validation', got {value!r}"

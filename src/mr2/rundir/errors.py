@@ -18,10 +18,12 @@ Example:
 
 from __future__ import annotations
 
+from mr2.errors import MR2Error
+
 __all__ = ["ReportError", "RunDirectoryError"]
 
 
-class ReportError(ValueError):
+class ReportError(MR2Error, ValueError):
     """Bad input to a disparity computation (wrong shape, out-of-range class id, ...)."""
 
 

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from mr2.errors import MR2Error
+
 __all__ = ["LOCK_FILE", "RUN_LOCKED", "RunLock", "RunLockedError", "lock_holder"]
 
 LOCK_FILE = ".lock"
@@ -28,7 +30,7 @@ _ATTEMPTS = 5
 _RETRY_SECONDS = 0.05
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(MR2Error, RuntimeError):
     """Another process owns the run directory; the message names its pid."""
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from mr2.io import atomic_write_json, atomic_write_text
 from mr2.report import DisparityReport, ReportOutput, RunRecord, load_run, write_report
-from mr2.report.comparison import mean_std
 from mr2.report.exceptions import MissingClassWarning, ReportError
 from mr2.report.html import add_section
+from mr2.report.statistics import mean_std
 from mr2.report.tables import Cell, Table
 from mr2.sweep.plan import RunPoint
 from mr2.sweep.runner import RunOutcome

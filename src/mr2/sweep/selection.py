@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from mr2.report.comparison import mean_std
+from mr2.errors import MR2Error
 from mr2.report.run_dir import RunRecord
+from mr2.report.statistics import mean_std
 from mr2.sweep.plan import RunPoint
 
 __all__ = ["Selection", "SelectionError", "SettingScore", "select_settings", "validation_metric"]
@@ -34,7 +35,7 @@ _NO_VALIDATION = (
 )
 
 
-class SelectionError(ValueError):
+class SelectionError(MR2Error, ValueError):
     """Hyperparameters cannot be selected (a run without validation results)."""
 
 

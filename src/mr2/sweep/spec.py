@@ -53,6 +53,7 @@ from mr2.config.names import check_name
 from mr2.config.paths import get_dotted
 from mr2.config.schema import MAX_SEED, build_dataclass
 from mr2.config.shown import Shown, shown
+from mr2.errors import MR2Error
 from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
 from mr2.value_types import is_int
 
@@ -115,7 +116,7 @@ _RESERVED = ("name", "seed", "output_dir")
 _LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
-class SweepSpecError(ValueError):
+class SweepSpecError(MR2Error, ValueError):
     """A sweep specification that cannot run; the message names the key and what is expected."""
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from mr2.errors import MR2Error
+
 __all__ = ["TrialError", "TuneInputError"]
 
 
-class TuneInputError(ValueError):
+class TuneInputError(MR2Error, ValueError):
     """Bad input to ``mr2 tune``; the message says what was wrong and how to fix it."""
 
 

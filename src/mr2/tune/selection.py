@@ -70,6 +70,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from mr2.errors import MR2Error
 from mr2.report.tiers import assign_tiers
 
 __all__ = [
@@ -139,7 +140,7 @@ _NO_SCORE = "no score"
 _OVERALL_COST = "overall accuracy below ERM's by more than ERM's seed SE"
 
 
-class TuneSelectionError(ValueError):
+class TuneSelectionError(MR2Error, ValueError):
     """The choice cannot be made (e.g. too few finished ERM runs); the message says why."""
 
 

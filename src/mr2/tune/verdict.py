@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from mr2.errors import MR2Error
 from mr2.tune.selection import prediction_problem
 
 __all__ = [
@@ -100,7 +101,7 @@ NO_HARD_SAMPLE = "no hard class ({classes}) has a test sample: the test hard tie
 _BAD_LEVEL = "alpha and power must lie strictly between 0 and 1; got alpha={alpha}, power={power}"
 
 
-class VerdictError(ValueError):
+class VerdictError(MR2Error, ValueError):
     """The verdict cannot be given (too few paired seeds, inconsistent predictions); says why."""
 
 
