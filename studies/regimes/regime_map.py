@@ -8,8 +8,10 @@ report, and writes, per model, cell and method, the mean change against ERM and 
 over seeds, for the hard and the easy tier:
 
     python studies/regimes/regime_map.py docs/benchmarks/regimes
+    python studies/regimes/regime_map.py docs/benchmarks/regimes-k100 "glyph benchmark, K = 100"
 
--> ``regime_map.csv`` and ``regime_map.png`` in that directory.
+-> ``regime_map.csv`` and ``regime_map.png`` in that directory (the optional second argument names
+the data on the figure's axis; default Fashion-MNIST).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), n
 
 
-def main(reports: Path) -> None:
+def main(reports: Path, data: str = "Fashion-MNIST") -> None:
     table = []
     for runs_csv in sorted(reports.glob("*/runs.csv")):
         match = CELL.match(runs_csv.parent.name)
@@ -97,7 +99,7 @@ def main(reports: Path) -> None:
             axis.set_title(f"{model}: {tier} tier")
             axis.set_ylabel(f"{tier}-tier change vs ERM (points, 95% CI)")
             if row == len(TIERS) - 1:
-                axis.set_xlabel("training images per class (Fashion-MNIST)")
+                axis.set_xlabel(f"training images per class ({data})")
     axes[0][-1].legend(fontsize=8, loc="best")
     figure.tight_layout()
     figure.savefig(reports / "regime_map.png", dpi=120)
@@ -140,4 +142,4 @@ def markdown_tables(table: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks/regimes"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/benchmarks/regimes"), *sys.argv[2:3])
