@@ -125,16 +125,16 @@ def test_runs_must_be_comparable(tmp_path: Path, make_run: Callable[..., Path]) 
         info,
         run_dir_module.DATASET_MISMATCH,
         first=first,
-        first_dataset="toy",
+        first_value="toy",
         other=other_data,
-        other_dataset="cifar100",
+        other_value="cifar100",
     )
     four = np.eye(4, dtype=np.int64) * 10
     other_k = make_run(tmp_path / "c", method="mr2", seed=0, confusion=four)
     with pytest.raises(RunDirectoryError) as info:
         load_runs([first, other_k])
     expect(
-        info, run_dir_module.NUM_CLASSES_MISMATCH, first=first, first_k=3, other=other_k, other_k=4
+        info, run_dir_module.NUM_CLASSES_MISMATCH, first=first, first_value=3, other=other_k, other_value=4
     )
     fewer = CONFUSION.copy()
     fewer[2, 2] -= 1
@@ -145,3 +145,55 @@ def test_runs_must_be_comparable(tmp_path: Path, make_run: Callable[..., Path]) 
         load_runs([first, first])
     with pytest.raises(RunDirectoryError, match="no run directory given"):
         load_runs([])
+
+
+def _record(name: str, **changes: object) -> run_dir_module.RunRecord:
+    fields: dict[str, object] = {"method": "erm", "seed": 0, "confusion": CONFUSION, "dataset": "toy"}
+    fields.update(class_names=["a", "b", "c"], split="test", path=Path(f"/runs/{name}"))
+    fields.update(changes)
+    return run_dir_module.RunRecord(name=name, **fields)
+
+
+@pytest.mark.parametrize(
+    ("changes", "template", "fields"),
+    [
+        (
+            {"dataset": "cifar100", "split": "val"},
+            run_dir_module.DATASET_MISMATCH,
+            {"first_value": "toy", "other_value": "cifar100"},
+        ),
+        ({"dataset": None, "seed": 1}, None, {}),
+        (
+            {"confusion": np.eye(4, dtype=np.int64), "class_names": None},
+            run_dir_module.NUM_CLASSES_MISMATCH,
+            {"first_value": 3, "other_value": 4},
+        ),
+        ({"class_names": ["a", "c", "b"], "split": "val"}, run_dir_module.CLASS_NAMES_MISMATCH, {}),
+        ({"class_names": None, "seed": 1}, None, {}),
+        (
+            {"split": "val", "confusion": CONFUSION * 2},
+            run_dir_module.SPLIT_MISMATCH,
+            {"first_value": "test", "other_value": "val"},
+        ),
+        (
+            {"confusion": CONFUSION + np.diag([0, 0, 2]), "seed": 1},
+            run_dir_module.TEST_SET_MISMATCH,
+            {"index": 2, "first_value": 10, "other_value": 12},
+        ),
+        ({}, run_dir_module.DUPLICATE_RUN, {"method": "erm", "seed": 0}),
+        ({"seed": 1, "name": "first"}, run_dir_module.DUPLICATE_NAME, {"name": "first"}),
+    ],
+)
+def test_comparable_checks_in_order(
+    changes: dict[str, object], template: str | None, fields: dict[str, object]
+) -> None:
+    """Each check's message, the first failing check winning; an unknown data set or class names
+    (None) and a run without a seed are compared with nothing."""
+    changes = dict(changes)
+    first, other = _record("first"), _record(str(changes.pop("name", "other")), **changes)
+    if template is None:
+        run_dir_module.check_comparable([first, other])
+        return
+    with pytest.raises(RunDirectoryError) as info:
+        run_dir_module.check_comparable([first, other])
+    expect(info, template, first=first.label, other=other.label, **fields)

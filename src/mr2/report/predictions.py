@@ -49,7 +49,7 @@ from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
 from mr2.report.exceptions import PredictionsError
 from mr2.report.limits import DEFAULT_MAX_CLASSES, confusion_bytes, format_bytes
-from mr2.report.run_dir import RunRecord, check_comparable
+from mr2.report.run_dir import RunRecord, check_comparable, first_difference
 
 __all__ = [
     "PredictionsFile",
@@ -642,18 +642,9 @@ def _check_same_test_set(files: Sequence[PredictionsFile], class_names: list[str
                     first=first.path, first_n=first.num_samples, other=other.path, other_n=other.num_samples
                 )
             )
-        differs = np.flatnonzero(other.y_true != first.y_true)
-        if differs.size:
-            index = int(differs[0])
-            raise PredictionsError(
-                Y_TRUE_MISMATCH.format(
-                    first=first.path,
-                    other=other.path,
-                    index=index,
-                    first_value=int(first.y_true[index]),
-                    other_value=int(other.y_true[index]),
-                )
-            )
+        difference = first_difference(first.y_true, other.y_true)
+        if difference is not None:
+            raise PredictionsError(Y_TRUE_MISMATCH.format(first=first.path, other=other.path, **difference))
     sources: list[tuple[str, int]] = []
     if class_names is not None:
         sources.append(("--class-names", len(class_names)))

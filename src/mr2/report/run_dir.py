@@ -31,7 +31,7 @@ from mr2.report.validation import validate_confusion
 from mr2.rundir import FILE_UNREADABLE, RunDirectory
 from mr2.rundir.record import FIELD_INVALID, Matrix, PerClass
 
-__all__ = ["RunRecord", "check_comparable", "load_run", "load_runs"]
+__all__ = ["RunRecord", "check_comparable", "first_difference", "load_run", "load_runs"]
 
 CONFIG_NOT_MAPPING = "config.yaml in {path} must hold a mapping of settings, got {kind}"
 SAMPLE_COUNT_MISMATCH = (
@@ -44,11 +44,11 @@ METRICS_LINE_INVALID = (
 )
 NO_RUNS = "no run directory given; pass at least one directory written by `mr2 train`"
 DATASET_MISMATCH = (
-    "runs come from different data sets: {first} is {first_dataset!r} but {other} is "
-    "{other_dataset!r}; report runs of one data set at a time"
+    "runs come from different data sets: {first} is {first_value!r} but {other} is "
+    "{other_value!r}; report runs of one data set at a time"
 )
 NUM_CLASSES_MISMATCH = (
-    "runs have different class counts: {first} has {first_k} classes but {other} has {other_k}; "
+    "runs have different class counts: {first} has {first_value} classes but {other} has {other_value}; "
     "report runs of one data set at a time"
 )
 CLASS_NAMES_MISMATCH = (
@@ -56,12 +56,12 @@ CLASS_NAMES_MISMATCH = (
     "data sets and cannot be compared class by class"
 )
 SPLIT_MISMATCH = (
-    "runs were evaluated on different splits: {first} on {first_split!r}, {other} on "
-    "{other_split!r}; compare runs evaluated on the same split"
+    "runs were evaluated on different splits: {first} on {first_value!r}, {other} on "
+    "{other_value!r}; compare runs evaluated on the same split"
 )
 TEST_SET_MISMATCH = (
     "runs were evaluated on different test sets: the per-class sample counts of {first} and {other} "
-    "differ (first difference at class {class_id}: {first_count} vs {other_count}); evaluate every "
+    "differ (first difference at class {index}: {first_value} vs {other_value}); evaluate every "
     "run on the same test set"
 )
 DUPLICATE_RUN = (
@@ -71,6 +71,13 @@ DUPLICATE_RUN = (
 DUPLICATE_NAME = (
     "{first} and {other} have the same run name {name!r}; give runs distinct names (run_name in "
     "final.json)"
+)
+#: What every run must share with the first, in the order checked (None: not known, not compared).
+_SAME = (
+    ("dataset", DATASET_MISMATCH),
+    ("num_classes", NUM_CLASSES_MISMATCH),
+    ("class_names", CLASS_NAMES_MISMATCH),
+    ("split", SPLIT_MISMATCH),
 )
 
 
@@ -233,6 +240,21 @@ def load_run(path: str | Path) -> RunRecord:
     )
 
 
+def first_difference(first: NDArray[Any], other: NDArray[Any]) -> dict[str, int] | None:
+    """Where two arrays of integers of one length first differ: ``index``, ``first_value`` and
+    ``other_value`` (the fields of the messages that say so), or None where they are equal.
+
+    Example:
+        >>> first_difference(np.array([1, 2, 3]), np.array([1, 5, 4]))
+        {'index': 1, 'first_value': 2, 'other_value': 5}
+    """
+    differs = np.flatnonzero(other != first)
+    if not differs.size:
+        return None
+    index = int(differs[0])
+    return {"index": index, "first_value": int(first[index]), "other_value": int(other[index])}
+
+
 def check_comparable(runs: Sequence[RunRecord]) -> None:
     """Check that runs can be compared class by class.
 
@@ -246,50 +268,16 @@ def check_comparable(runs: Sequence[RunRecord]) -> None:
     seen: dict[tuple[str, int | None], RunRecord] = {}
     names: dict[str, RunRecord] = {}
     for run in runs:
-        if run.dataset is not None and first.dataset is not None and run.dataset != first.dataset:
-            raise RunDirectoryError(
-                DATASET_MISMATCH.format(
-                    first=first.label,
-                    first_dataset=first.dataset,
-                    other=run.label,
-                    other_dataset=run.dataset,
+        for attribute, message in _SAME:
+            mine, theirs = getattr(first, attribute), getattr(run, attribute)
+            if mine is not None and theirs is not None and mine != theirs:
+                raise RunDirectoryError(
+                    message.format(first=first.label, other=run.label, first_value=mine, other_value=theirs)
                 )
-            )
-        if run.num_classes != first.num_classes:
+        difference = first_difference(first.support, run.support)
+        if difference is not None:
             raise RunDirectoryError(
-                NUM_CLASSES_MISMATCH.format(
-                    first=first.label,
-                    first_k=first.num_classes,
-                    other=run.label,
-                    other_k=run.num_classes,
-                )
-            )
-        if (
-            run.class_names is not None
-            and first.class_names is not None
-            and run.class_names != first.class_names
-        ):
-            raise RunDirectoryError(CLASS_NAMES_MISMATCH.format(first=first.label, other=run.label))
-        if run.split != first.split:
-            raise RunDirectoryError(
-                SPLIT_MISMATCH.format(
-                    first=first.label,
-                    first_split=first.split,
-                    other=run.label,
-                    other_split=run.split,
-                )
-            )
-        differs = np.flatnonzero(run.support != first.support)
-        if differs.size:
-            k = int(differs[0])
-            raise RunDirectoryError(
-                TEST_SET_MISMATCH.format(
-                    first=first.label,
-                    other=run.label,
-                    class_id=k,
-                    first_count=int(first.support[k]),
-                    other_count=int(run.support[k]),
-                )
+                TEST_SET_MISMATCH.format(first=first.label, other=run.label, **difference)
             )
         key = (run.method, run.seed)
         if run.seed is not None and key in seen:
