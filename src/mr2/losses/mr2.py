@@ -43,6 +43,7 @@ from mr2.functional.margin_losses import (
     logit_margin_loss,
     representation_margin_loss,
 )
+from mr2.functional.reduction import reduce_loss
 from mr2.statistics.class_features import ClassFeatureStatistics
 
 __all__ = ["PROFILER_LABELS", "VARIANTS", "MR2Loss", "MR2LossParts"]
@@ -397,18 +398,9 @@ class MR2Loss(nn.Module):
         factor = self._distance_factor
         return factor * feature_dim if self.distance_temperature_per_dim else factor
 
-    def _reduce_pairs(
-        self,
-        features: torch.Tensor,
-        target: torch.Tensor,
-        margin: torch.Tensor,
-        temperature: float,
-        partners: dict[str, Any],
-    ) -> torch.Tensor:
-        """The representation margin term from its per-sample terms: their mean over the batch."""
-        return representation_margin_loss(
-            features, target, margin, temperature=temperature, reduction="mean", **partners
-        )
+    def _reduce_pairs(self, per_sample: torch.Tensor, target: torch.Tensor, feature_dim: int) -> torch.Tensor:
+        """The representation margin term from its per-sample terms [B]: their mean over the batch."""
+        return reduce_loss(per_sample, "mean")
 
     def representation_term(
         self, features: torch.Tensor, target: torch.Tensor, margin: torch.Tensor | None = None
@@ -429,7 +421,10 @@ class MR2Loss(nn.Module):
                 "partner_target": partner_target,
                 "self_offset": offset,
             }
-        return self._reduce_pairs(features, target, margin, temperature, partners)
+        per_sample = representation_margin_loss(
+            features, target, margin, temperature=temperature, reduction="none", **partners
+        )
+        return self._reduce_pairs(per_sample, target, features.shape[1])
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor

@@ -22,7 +22,6 @@ from typing import Any, Literal
 import torch
 
 from mr2.checks import MR2InputError, is_number
-from mr2.functional.margin_losses import representation_margin_loss
 from mr2.functional.released import released_class_normalised_mean
 from mr2.losses.mr2 import MR2Loss, keyword_options
 from mr2.statistics.class_features import ClassFeatureStatistics, Estimator
@@ -125,20 +124,10 @@ class ReleasedMR2Loss(MR2Loss):
             return spread
         return super()._margin_spread(spread)
 
-    def _reduce_pairs(
-        self,
-        features: torch.Tensor,
-        target: torch.Tensor,
-        margin: torch.Tensor,
-        temperature: float,
-        partners: dict[str, Any],
-    ) -> torch.Tensor:
+    def _reduce_pairs(self, per_sample: torch.Tensor, target: torch.Tensor, feature_dim: int) -> torch.Tensor:
         if self.rep_reduction != "released":
-            return super()._reduce_pairs(features, target, margin, temperature, partners)
-        per_sample = representation_margin_loss(
-            features, target, margin, temperature=temperature, reduction="none", **partners
-        )
-        scale = features.shape[1] / 10.0
+            return super()._reduce_pairs(per_sample, target, feature_dim)
+        scale = feature_dim / 10.0
         return scale * released_class_normalised_mean(per_sample, target, self.num_classes)
 
 
