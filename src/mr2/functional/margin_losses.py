@@ -27,6 +27,16 @@ BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
 PairMode = Literal["auto", "dense", "sparse"]
 
 
+def _check_logit_inputs(
+    logits: torch.Tensor, target: torch.Tensor, per_class: torch.Tensor, wrong_shape: str
+) -> None:
+    """Logits [B, K], target [B] of class ids and a per-class vector [K] (else ``wrong_shape``)."""
+    check_logits(logits, target, None)
+    check_target(target, logits.shape[1], logits.shape[0])
+    if per_class.shape != (logits.shape[1],):
+        raise MR2InputError(wrong_shape.format(expected=logits.shape[1], shape=tuple(per_class.shape)))
+
+
 def logit_margin_loss(
     logits: torch.Tensor,
     target: torch.Tensor,
@@ -63,12 +73,7 @@ def logit_margin_loss(
         >>> logit_margin_loss(z, y, torch.tensor([2.0, 1.0]), reduction="none")
         tensor([0.3133, 0.3133])
     """
-    check_logits(logits, target, None)
-    check_target(target, logits.shape[1], logits.shape[0])
-    if temperatures.shape != (logits.shape[1],):
-        raise MR2InputError(
-            TEMPERATURES_SHAPE.format(expected=logits.shape[1], shape=tuple(temperatures.shape))
-        )
+    _check_logit_inputs(logits, target, temperatures, TEMPERATURES_SHAPE)
     dtype = working_dtype(logits)
     scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
     if logits.device.type == "cpu" and logits.requires_grad and not torch.compiler.is_compiling():
@@ -76,7 +81,6 @@ def logit_margin_loss(
     else:
         per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
     return reduce_loss(per_sample, reduction)
-
 
 
 def additive_margin_loss(
@@ -106,12 +110,7 @@ def additive_margin_loss(
         >>> additive_margin_loss(z, torch.tensor([0, 1]), torch.tensor([2.0, 0.0]), reduction="none")
         tensor([0.6931, 0.3133])
     """
-    check_logits(logits, target, None)
-    check_target(target, logits.shape[1], logits.shape[0])
-    if margins.shape != (logits.shape[1],):
-        raise MR2InputError(
-            MARGINS_SHAPE.format(expected=logits.shape[1], shape=tuple(margins.shape))
-        )
+    _check_logit_inputs(logits, target, margins, MARGINS_SHAPE)
     dtype = working_dtype(logits)
     shift = margins.detach().to(dtype)[target]
     shifted = logits.to(dtype).scatter_add(1, target.unsqueeze(1), -shift.unsqueeze(1))
@@ -132,7 +131,6 @@ def pairwise_sq_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Te
     q_sq = (queries * queries).sum(dim=1, keepdim=True)
     k_sq = (keys * keys).sum(dim=1).unsqueeze(0)
     return (q_sq + k_sq - 2.0 * (queries @ keys.T)).clamp_min(0.0)
-
 
 
 def representation_margin_loss(
