@@ -23,12 +23,10 @@ from typing import Any
 
 from torch import nn
 
-try:
+from mr2.extras import needs_extra
+
+with needs_extra("mr2.integrations.lightning", "lightning", "lightning"):
     import lightning.pytorch as pl
-except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
-    raise ModuleNotFoundError(
-        "mr2.integrations.lightning needs lightning: pip install 'mr2[lightning]'"
-    ) from error
 
 from mr2.losses.mr2 import MR2Loss
 from mr2.metrics.classwise_disparity import ClasswiseDisparity

@@ -33,12 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
-try:
+from mr2.extras import needs_extra
+
+with needs_extra("mr2.integrations.transformers", "transformers", "transformers"):
     from transformers import TrainerCallback
-except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
-    raise ModuleNotFoundError(
-        "mr2.integrations.transformers needs transformers: pip install 'mr2[transformers]'"
-    ) from error
 
 from mr2.losses.mr2 import MR2Loss
 from mr2.metrics.classwise_disparity import ClasswiseDisparity

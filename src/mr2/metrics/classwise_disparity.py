@@ -30,12 +30,10 @@ from typing import Any
 
 import torch
 
-try:
+from mr2.extras import needs_extra
+
+with needs_extra("mr2.metrics", "torchmetrics", "metrics"):
     from torchmetrics import Metric
-except ModuleNotFoundError as error:  # pragma: no cover - exercised only without the extra
-    raise ModuleNotFoundError(
-        "mr2.metrics needs torchmetrics: pip install 'mr2[metrics]'"
-    ) from error
 
 from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
