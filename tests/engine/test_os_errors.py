@@ -24,13 +24,8 @@ from mr2.cli.main import main
 from mr2.config import config_from_dict
 from mr2.engine import TrainingSession, train
 from mr2.engine.run import DISK_FULL
-from mr2.rundir import (
-    DANGLING_LINK,
-    NOT_WRITABLE,
-    PARENT_NOT_A_DIRECTORY,
-    RUN_DIR_NOT_A_DIRECTORY,
-    RunDirectory,
-)
+from mr2.rundir import RunDirectory
+from mr2.rundir.layout import DANGLING_LINK, NOT_WRITABLE, PARENT_NOT_A_DIRECTORY, RUN_DIR_NOT_A_DIRECTORY
 
 REPO_SRC = str(Path(__file__).resolve().parents[2] / "src")
 

@@ -10,7 +10,8 @@ import yaml
 
 from helpers import base_config
 from mr2.cli.main import main
-from mr2.rundir import NOT_A_RUN_DIRECTORY, RunDirectory, RunDirectoryError
+from mr2.rundir import RunDirectory, RunDirectoryError
+from mr2.rundir.layout import NOT_A_RUN_DIRECTORY
 
 
 def _tree(path: Path) -> dict[str, bytes | None]:

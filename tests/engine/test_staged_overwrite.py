@@ -17,7 +17,8 @@ from mr2.config import config_from_dict, config_to_dict
 from mr2.engine import TrainingSession, train
 from mr2.report.exceptions import RunDirectoryError as ReportRunDirectoryError
 from mr2.report.run_dir import load_run
-from mr2.rundir import OVERWRITE_IN_PROGRESS, OVERWRITE_NOT_RESTORED, RunDirectory, RunLock
+from mr2.rundir import RunDirectory, RunLock
+from mr2.rundir.layout import OVERWRITE_IN_PROGRESS, OVERWRITE_NOT_RESTORED
 
 
 def _files(path: Path) -> dict[str, bytes]:

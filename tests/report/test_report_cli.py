@@ -13,7 +13,7 @@ import pytest
 
 from mr2.cli import report as report_cli
 from mr2.cli.main import main as cli_main
-from mr2.rundir import RUN_DIR_NOT_FOUND
+from mr2.rundir.layout import RUN_DIR_NOT_FOUND
 
 
 def main(argv: list[str]) -> int:

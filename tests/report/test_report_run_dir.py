@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mr2 import rundir
 from mr2.report import run_dir as run_dir_module
 from mr2.report.exceptions import RunDirectoryError
 from mr2.report.run_dir import load_run, load_runs
-from mr2.rundir import record
+from mr2.rundir import layout, record
 
 CONFUSION = np.array([[8, 2, 0], [1, 9, 0], [0, 3, 7]])
 
@@ -45,14 +44,14 @@ def expect(error: pytest.ExceptionInfo[RunDirectoryError], template: str, **fiel
 def test_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(RunDirectoryError) as info:
         load_run(tmp_path / "nope")
-    expect(info, rundir.RUN_DIR_NOT_FOUND, path=tmp_path / "nope")
+    expect(info, layout.RUN_DIR_NOT_FOUND, path=tmp_path / "nope")
 
 
 def test_file_instead_of_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(RunDirectoryError) as info:
         load_run(tmp_path / "file")
-    expect(info, rundir.RUN_DIR_IS_A_FILE, path=tmp_path / "file")
+    expect(info, layout.RUN_DIR_IS_A_FILE, path=tmp_path / "file")
 
 
 def test_unfinished_run(tmp_path: Path) -> None:
@@ -61,11 +60,11 @@ def test_unfinished_run(tmp_path: Path) -> None:
     (path / "config.yaml").write_text("method: erm\n")
     with pytest.raises(RunDirectoryError) as info:
         load_run(path)
-    expect(info, rundir.RUN_UNFINISHED, path=path)
+    expect(info, layout.RUN_UNFINISHED, path=path)
     (path / "config.yaml").unlink()
     with pytest.raises(RunDirectoryError) as info:
         load_run(path)
-    expect(info, rundir.CONFIG_MISSING, path=path)
+    expect(info, layout.CONFIG_MISSING, path=path)
 
 
 def test_half_written_final(tmp_path: Path, make_run: Callable[..., Path]) -> None:

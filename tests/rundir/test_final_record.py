@@ -12,15 +12,8 @@ import pytest
 
 from mr2.report.exceptions import ReportError
 from mr2.report.exceptions import RunDirectoryError as ReportsRunDirectoryError
-from mr2.rundir import (
-    FILE_UNREADABLE,
-    RUN_UNFINISHED,
-    DatasetInfo,
-    FinalRecord,
-    RunDirectory,
-    RunDirectoryError,
-    SplitFigures,
-)
+from mr2.rundir import DatasetInfo, FinalRecord, RunDirectory, RunDirectoryError, SplitFigures
+from mr2.rundir.layout import FILE_UNREADABLE, RUN_UNFINISHED
 from mr2.rundir.record import (
     CONFUSION_SHAPE,
     FIELD_INVALID,

@@ -28,7 +28,8 @@ from numpy.typing import NDArray
 from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError, RunDirectoryError
 from mr2.report.validation import validate_confusion
-from mr2.rundir import FILE_UNREADABLE, RunDirectory
+from mr2.rundir import RunDirectory
+from mr2.rundir.layout import FILE_UNREADABLE
 from mr2.rundir.record import FIELD_INVALID, Matrix, PerClass
 
 __all__ = ["RunRecord", "check_comparable", "first_difference", "load_run", "load_runs"]

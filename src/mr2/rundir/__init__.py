@@ -1,50 +1,16 @@
 """Run directories: one owner per run (a lock), their layout, the rules that keep them consistent,
-and the run record they hold (``final.json``)."""
+and the run record they hold (``final.json``).
+
+The messages of the errors are constants of the module that raises them (:mod:`mr2.rundir.layout`,
+:mod:`mr2.rundir.lock`, :mod:`mr2.rundir.record`).
+"""
 
 from mr2.rundir.errors import RunDirectoryError
-from mr2.rundir.layout import (
-    CONFIG_CHANGED,
-    CONFIG_MISSING,
-    DANGLING_LINK,
-    FILE_UNREADABLE,
-    NOT_A_RUN,
-    NOT_A_RUN_DIRECTORY,
-    NOT_WRITABLE,
-    OVERWRITE_IN_PROGRESS,
-    OVERWRITE_NOT_RESTORED,
-    OVERWRITTEN_DIR,
-    PARENT_NOT_A_DIRECTORY,
-    RUN_DIR_IS_A_FILE,
-    RUN_DIR_NOT_A_DIRECTORY,
-    RUN_DIR_NOT_FOUND,
-    RUN_EXISTS,
-    RUN_UNFINISHED,
-    TRAINER_LOG,
-    RunDirectory,
-)
-from mr2.rundir.lock import LOCK_FILE, RUN_LOCKED, RunLock, RunLockedError, lock_holder
+from mr2.rundir.layout import RunDirectory
+from mr2.rundir.lock import RunLock, RunLockedError, lock_holder
 from mr2.rundir.record import DatasetInfo, FinalRecord, SplitFigures
 
 __all__ = [
-    "CONFIG_CHANGED",
-    "CONFIG_MISSING",
-    "DANGLING_LINK",
-    "FILE_UNREADABLE",
-    "LOCK_FILE",
-    "NOT_A_RUN",
-    "NOT_A_RUN_DIRECTORY",
-    "NOT_WRITABLE",
-    "OVERWRITE_IN_PROGRESS",
-    "OVERWRITE_NOT_RESTORED",
-    "OVERWRITTEN_DIR",
-    "PARENT_NOT_A_DIRECTORY",
-    "RUN_DIR_IS_A_FILE",
-    "RUN_DIR_NOT_A_DIRECTORY",
-    "RUN_DIR_NOT_FOUND",
-    "RUN_EXISTS",
-    "RUN_LOCKED",
-    "RUN_UNFINISHED",
-    "TRAINER_LOG",
     "DatasetInfo",
     "FinalRecord",
     "RunDirectory",

@@ -42,11 +42,9 @@ from mr2.rundir.lock import LOCK_FILE, RunLock, RunLockedError, lock_holder
 from mr2.rundir.record import FinalRecord
 
 __all__ = [
-    "CONFIG_CHANGED",
     "CONFIG_MISSING",
     "DANGLING_LINK",
     "FILE_UNREADABLE",
-    "NOT_A_RUN",
     "NOT_A_RUN_DIRECTORY",
     "NOT_WRITABLE",
     "OVERWRITE_IN_PROGRESS",
@@ -56,21 +54,20 @@ __all__ = [
     "RUN_DIR_IS_A_FILE",
     "RUN_DIR_NOT_A_DIRECTORY",
     "RUN_DIR_NOT_FOUND",
-    "RUN_EXISTS",
     "RUN_UNFINISHED",
     "TRAINER_LOG",
     "RunDirectory",
 ]
 
-RUN_EXISTS = (
+_RUN_EXISTS = (
     "run directory {path} holds a finished run (final.json). Choose another name, delete it, or "
     "pass --overwrite."
 )
-CONFIG_CHANGED = (
+_CONFIG_CHANGED = (
     "run directory {path} holds {what} of a run with a different configuration "
     "(differs in: {keys}). Use another run name or --overwrite."
 )
-NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.pt)."
+_NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.pt)."
 NOT_A_RUN_DIRECTORY = (
     "{path} is not a run directory of mr2: it holds {entries}, which no run writes; --overwrite would "
     "delete them, so nothing was changed: choose another run name or output_dir, or move them away"
@@ -399,14 +396,14 @@ class RunDirectory:
             staged = self.stage_overwrite()
         else:
             if self.is_finished:
-                raise RunDirectoryError(RUN_EXISTS.format(path=self.path))
+                raise RunDirectoryError(_RUN_EXISTS.format(path=self.path))
             previous = self.read_config()
             if previous is not None and self.has_run_files():
                 changed = config_differences(previous, config, ignore=RESUMABLE_KEYS)
                 if changed:
                     what = "a checkpoint" if self.last_checkpoint.exists() else "files"
                     raise RunDirectoryError(
-                        CONFIG_CHANGED.format(path=self.path, what=what, keys=", ".join(changed))
+                        _CONFIG_CHANGED.format(path=self.path, what=what, keys=", ".join(changed))
                     )
         atomic_write_text(self.config_file, yaml.safe_dump(config, sort_keys=False))
         return staged
@@ -414,7 +411,7 @@ class RunDirectory:
     def require_trained(self) -> None:
         """Raise :class:`RunDirectoryError` unless a config and a checkpoint are there."""
         if not self.config_file.is_file() or not self.last_checkpoint.is_file():
-            raise RunDirectoryError(NOT_A_RUN.format(path=self.path))
+            raise RunDirectoryError(_NOT_A_RUN.format(path=self.path))
 
     # -------------------------------------------------------------- overwrite
     def check_overwritable(self) -> None:

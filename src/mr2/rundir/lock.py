@@ -19,10 +19,10 @@ from types import TracebackType
 
 from mr2.errors import MR2Error
 
-__all__ = ["LOCK_FILE", "RUN_LOCKED", "RunLock", "RunLockedError", "lock_holder"]
+__all__ = ["LOCK_FILE", "RunLock", "RunLockedError", "lock_holder"]
 
 LOCK_FILE = ".lock"
-RUN_LOCKED = (
+_RUN_LOCKED = (
     "run directory {path} is in use by process {pid} (a trainer or evaluation holds {lock}); wait "
     "for it to end or stop it (kill {pid}), then try again"
 )
@@ -84,7 +84,7 @@ class RunLock:
                     os.close(fd)
                     pid = _read_pid(self.path)
                     raise RunLockedError(
-                        RUN_LOCKED.format(path=self.run_dir, pid=pid, lock=self.path)
+                        _RUN_LOCKED.format(path=self.run_dir, pid=pid, lock=self.path)
                     ) from None
                 time.sleep(_RETRY_SECONDS)
         os.ftruncate(fd, 0)
