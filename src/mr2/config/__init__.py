@@ -1,8 +1,8 @@
 """Typed run configuration: YAML defaults, ``--set`` overrides, validation before any work."""
 
+from mr2.config.errors import ConfigError
 from mr2.config.loading import apply_overrides, load_config, load_yaml
 from mr2.config.schema import (
-    ConfigError,
     DataSection,
     MethodSection,
     ModelSection,

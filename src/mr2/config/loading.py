@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
+from mr2.config.errors import ConfigError
 from mr2.config.paths import DottedPathError, set_dotted
-from mr2.config.schema import ConfigError, RunConfig, config_from_dict
+from mr2.config.schema import RunConfig, config_from_dict
 
 __all__ = [
     "MAX_CONFIG_BYTES", "MAX_NESTING", "OPTIONS_DROPPED", "apply_overrides", "load_config", "load_yaml",

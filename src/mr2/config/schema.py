@@ -20,7 +20,6 @@ __all__ = [
     "MAX_EPOCHS",
     "MAX_NUM_WORKERS",
     "MAX_SEED",
-    "ConfigError",
     "DataSection",
     "MethodSection",
     "ModelSection",
