@@ -34,7 +34,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from mr2.checks import check_classification_inputs
+from mr2.functional.reduction import working_dtype
+
+
+def checked_cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    *,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """Cross-entropy of a method's batch, in at least float32 (:func:`working_dtype`), after the
+    checks of every ``method(logits, features, target)`` call (the features are not checked)."""
+    check_classification_inputs(logits, None, target, num_classes)
+    return F.cross_entropy(
+        logits.to(working_dtype(logits)), target, reduction=reduction, label_smoothing=label_smoothing
+    )
 
 
 @dataclass

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
-from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.checks import MR2InputError, check_num_classes
 from mr2.errors import check_choice, either
 from mr2.functional.baselines import cdb_class_weights, cdb_dynamic_tau
-from mr2.functional.reduction import working_dtype
-from mr2.methods.base import MethodContext, TrainingMethod
+from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
 
 __all__ = ["CDB"]
@@ -95,10 +93,8 @@ class CDB(TrainingMethod):
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
-        check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = working_dtype(logits)
-        per_sample = F.cross_entropy(logits.to(dtype), target, reduction="none")
-        loss = (self.class_weights.to(dtype)[target] * per_sample).mean()
+        per_sample = checked_cross_entropy(logits, target, self.num_classes, reduction="none")
+        loss = (self.class_weights.to(per_sample.dtype)[target] * per_sample).mean()
         self.record(
             loss=loss,
             class_weight_min=self.class_weights.min(),

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
-from mr2.functional.reduction import working_dtype
-from mr2.methods.base import TrainingMethod
+from mr2.checks import MR2InputError, check_num_classes
+from mr2.methods.base import TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
 
 __all__ = ["ERM"]
@@ -31,6 +29,7 @@ class ERM(TrainingMethod):
         label_smoothing: ``epsilon`` in [0, 1).
 
     Example:
+        >>> import torch.nn.functional as F
         >>> erm = ERM(3)
         >>> z, y = torch.tensor([[1.0, 2.0, 0.5]]), torch.tensor([1])
         >>> bool(torch.isclose(erm(z, None, y), F.cross_entropy(z, y)))
@@ -47,9 +46,7 @@ class ERM(TrainingMethod):
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
-        check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = working_dtype(logits)
-        loss = F.cross_entropy(logits.to(dtype), target, label_smoothing=self.label_smoothing)
+        loss = checked_cross_entropy(logits, target, self.num_classes, label_smoothing=self.label_smoothing)
         self.record(loss=loss)
         return loss
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes
+from mr2.checks import MR2InputError, check_num_classes
 from mr2.functional.baselines import class_loss_sums, group_dro_update
-from mr2.functional.reduction import working_dtype
-from mr2.methods.base import MethodContext, TrainingMethod
+from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
 
 __all__ = ["GroupDRO"]
@@ -77,9 +75,8 @@ class GroupDRO(TrainingMethod):
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
-        check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = working_dtype(logits)
-        per_sample = F.cross_entropy(logits.to(dtype), target, reduction="none")
+        per_sample = checked_cross_entropy(logits, target, self.num_classes, reduction="none")
+        dtype = per_sample.dtype
         local_sums, local_counts = class_loss_sums(per_sample, target, self.num_classes)
         reduced = torch.cat([local_sums.detach(), local_counts])
         world = 1

@@ -9,11 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import check_classification_inputs, check_num_classes, is_number
+from mr2.checks import check_num_classes, is_number
 from mr2.errors import check_choice, listed
-from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
-from mr2.methods.base import MethodContext, TrainingMethod
+from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import MethodConfigError, register_method
 from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, check_stage1_option, resolve_stage1
 from mr2.report.margins import logit_margins
@@ -147,9 +146,8 @@ class HBR(TwoStageReset, TrainingMethod):
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
-        check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = working_dtype(logits)
-        loss = F.cross_entropy(logits.to(dtype), target)
+        loss = checked_cross_entropy(logits, target, self.num_classes)
+        dtype = loss.dtype
         if self.training and self._epoch < self.stage1_epochs:
             if self._index is None:
                 raise MethodConfigError(NO_INDEX.format(method="HBR", stage="the first stage"))

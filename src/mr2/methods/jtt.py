@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import MR2InputError, check_classification_inputs, check_num_classes, is_int
+from mr2.checks import MR2InputError, check_num_classes, is_int
 from mr2.errors import MR2Error, check_choice, either
 from mr2.functional.baselines import jtt_upsampled_indices
-from mr2.functional.reduction import working_dtype
-from mr2.methods.base import MethodContext, TrainingMethod
+from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
 from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, check_stage1_option, resolve_stage1
 
@@ -140,9 +138,7 @@ class JTT(TwoStageReset, TrainingMethod):
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
-        check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = working_dtype(logits)
-        loss = F.cross_entropy(logits.to(dtype), target)
+        loss = checked_cross_entropy(logits, target, self.num_classes)
         if self.training and self.error_source == "train_mode" and self._epoch == self.recording_epoch:
             if self._index is None:
                 raise MR2InputError(NO_INDEX.format(method="JTT", stage="the recording epoch"))

@@ -20,7 +20,7 @@ from mr2.functional.baselines import (
     relative_difficulty,
 )
 from mr2.functional.reduction import working_dtype
-from mr2.methods.base import MethodContext, TrainingMethod
+from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
 
 __all__ = ["LfF"]
@@ -153,9 +153,8 @@ class LfF(TrainingMethod):
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor | None, target: torch.Tensor
     ) -> torch.Tensor:
-        check_classification_inputs(logits, None, target, self.num_classes)
-        dtype = working_dtype(logits)
-        ce_debiased = F.cross_entropy(logits.to(dtype), target, reduction="none")
+        ce_debiased = checked_cross_entropy(logits, target, self.num_classes, reduction="none")
+        dtype = ce_debiased.dtype
         if not self.training:
             return ce_debiased.mean()
         if self._inputs is None or self._index is None or self.biased_model is None:
