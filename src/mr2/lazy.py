@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = ["lazy_exports"]
 
-NO_ATTRIBUTE = "module {package!r} has no attribute {name!r}"
+_NO_ATTRIBUTE = "module {package!r} has no attribute {name!r}"
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
@@ -32,7 +32,7 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], An
     def __getattr__(name: str) -> Any:
         module_name = exports.get(name)
         if module_name is None:
-            raise AttributeError(NO_ATTRIBUTE.format(package=package, name=name))
+            raise AttributeError(_NO_ATTRIBUTE.format(package=package, name=name))
         module = importlib.import_module(module_name)
         value = module if module_name == f"{package}.{name}" else getattr(module, name)
         setattr(sys.modules[package], name, value)

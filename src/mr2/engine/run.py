@@ -40,7 +40,7 @@ __all__ = [
     "train_from_config_file",
 ]
 
-NO_BEST = (
+_NO_BEST = (
     "{path} was trained with select: best_val but has no checkpoints/best.pt (no epoch improved the "
     "validation accuracy, or it was deleted); pass --checkpoint last"
 )
@@ -287,7 +287,7 @@ def evaluate_run(
     use_best = checkpoint == "best" or (checkpoint == "auto" and config.select == "best_val"
                                         and run.best_checkpoint.exists())
     if use_best and not run.best_checkpoint.exists():
-        raise RunError(NO_BEST.format(path=run.path))
+        raise RunError(_NO_BEST.format(path=run.path))
     runtime = Runtime.start(config)
     if runtime.is_main:
         _probe_owner(run)

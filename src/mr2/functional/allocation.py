@@ -11,21 +11,21 @@ from mr2.checks import MR2InputError, check_finite, is_int
 
 __all__ = ["BoundTerms", "class_sensitive_bound", "gamma_allocation"]
 
-MOMENTS_NOT_1D = "second_moments must be a 1-D tensor [num_classes]; got shape {shape}."
-MOMENTS_NEGATIVE = "second_moments must be >= 0 with a positive sum (a_k = ||mu_k||^2 + s_k)."
-BAD_C_BAR = "c_bar (the mean margin) must be a positive number; got {value!r}."
-MARGINS_SHAPE = "margins must have the shape of second_moments {expected}; got {shape}."
-MARGINS_NOT_POSITIVE = "margins (gamma_k) must all be > 0."
-BAD_NUM_SAMPLES = "num_samples (N, the training-set size) must be a positive integer; got {value!r}."
+_MOMENTS_NOT_1D = "second_moments must be a 1-D tensor [num_classes]; got shape {shape}."
+_MOMENTS_NEGATIVE = "second_moments must be >= 0 with a positive sum (a_k = ||mu_k||^2 + s_k)."
+_BAD_C_BAR = "c_bar (the mean margin) must be a positive number; got {value!r}."
+_MARGINS_SHAPE = "margins must have the shape of second_moments {expected}; got {shape}."
+_MARGINS_NOT_POSITIVE = "margins (gamma_k) must all be > 0."
+_BAD_NUM_SAMPLES = "num_samples (N, the training-set size) must be a positive integer; got {value!r}."
 
 
 def _check_moments(second_moments: torch.Tensor, check_values: bool) -> None:
     if second_moments.dim() != 1:
-        raise MR2InputError(MOMENTS_NOT_1D.format(shape=tuple(second_moments.shape)))
+        raise MR2InputError(_MOMENTS_NOT_1D.format(shape=tuple(second_moments.shape)))
     if check_values:
         check_finite("second_moments", second_moments, True)
         if bool((second_moments < 0).any()) or not bool(second_moments.sum() > 0):
-            raise MR2InputError(MOMENTS_NEGATIVE)
+            raise MR2InputError(_MOMENTS_NEGATIVE)
 
 
 def gamma_allocation(
@@ -55,7 +55,7 @@ def gamma_allocation(
         tensor([1., 2., 3.])
     """
     if not (isinstance(c_bar, (int, float)) and c_bar > 0 and math.isfinite(c_bar)):
-        raise MR2InputError(BAD_C_BAR.format(value=c_bar))
+        raise MR2InputError(_BAD_C_BAR.format(value=c_bar))
     _check_moments(second_moments, check_values)
     root = second_moments.clamp_min(0).pow(1.0 / 3.0)
     return c_bar * second_moments.shape[0] * root / root.sum()
@@ -108,12 +108,12 @@ def class_sensitive_bound(
     _check_moments(second_moments, True)
     if margins.shape != second_moments.shape:
         raise MR2InputError(
-            MARGINS_SHAPE.format(expected=tuple(second_moments.shape), shape=tuple(margins.shape))
+            _MARGINS_SHAPE.format(expected=tuple(second_moments.shape), shape=tuple(margins.shape))
         )
     if not bool((margins > 0).all()):
-        raise MR2InputError(MARGINS_NOT_POSITIVE)
+        raise MR2InputError(_MARGINS_NOT_POSITIVE)
     if not is_int(num_samples) or num_samples < 1:
-        raise MR2InputError(BAD_NUM_SAMPLES.format(value=num_samples))
+        raise MR2InputError(_BAD_NUM_SAMPLES.format(value=num_samples))
     per_class = second_moments / margins.pow(2)
     total = per_class.sum()
     num_classes = second_moments.shape[0]

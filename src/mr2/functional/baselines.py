@@ -35,18 +35,18 @@ __all__ = [
 ]
 
 
-BAD_Q = "q of the generalized cross-entropy must be in (0, 1]; got {value!r}."
-BAD_GAMMA = "gamma of the focal loss must be >= 0; got {value!r}."
-BAD_CLASS_VECTOR = "{name} must have shape [num_classes]={expected}; got {shape}."
-BAD_COUNTS = "class_counts must all be >= 1 (a class without training samples has no margin)."
-BAD_BETA = "beta must be in [0, 1); got {value!r}."
-BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
+_BAD_Q = "q of the generalized cross-entropy must be in (0, 1]; got {value!r}."
+_BAD_GAMMA = "gamma of the focal loss must be >= 0; got {value!r}."
+_BAD_CLASS_VECTOR = "{name} must have shape [num_classes]={expected}; got {shape}."
+_BAD_COUNTS = "class_counts must all be >= 1 (a class without training samples has no margin)."
+_BAD_BETA = "beta must be in [0, 1); got {value!r}."
+_BAD_LAMBDA_UP = "lambda_up must be an integer >= 0; got {value!r}."
 
 
 def _check_class_vector(name: str, vector: torch.Tensor, num_classes: int) -> None:
     if vector.shape != (num_classes,):
         raise MR2InputError(
-            BAD_CLASS_VECTOR.format(name=name, expected=num_classes, shape=tuple(vector.shape))
+            _BAD_CLASS_VECTOR.format(name=name, expected=num_classes, shape=tuple(vector.shape))
         )
 
 
@@ -87,7 +87,7 @@ def generalized_cross_entropy(
         tensor(0.5000)
     """
     if not 0.0 < q <= 1.0:
-        raise MR2InputError(BAD_Q.format(value=q))
+        raise MR2InputError(_BAD_Q.format(value=q))
     log_p_y = _true_class_log_prob(logits, target)
     per_sample = -torch.expm1(q * log_p_y) / q
     return reduce_loss(per_sample, reduction)
@@ -111,7 +111,7 @@ def generalized_cross_entropy_surrogate(
         tensor(0.3466)
     """
     if not 0.0 < q <= 1.0:
-        raise MR2InputError(BAD_Q.format(value=q))
+        raise MR2InputError(_BAD_Q.format(value=q))
     log_p_y = _true_class_log_prob(logits, target)
     per_sample = q * torch.exp(q * log_p_y).detach() * (-log_p_y)
     return reduce_loss(per_sample, reduction)
@@ -195,7 +195,7 @@ def jtt_upsampled_indices(num_samples: int, error_indices: torch.Tensor, lambda_
         [0, 1, 2, 3, 1, 3, 1, 3]
     """
     if not is_int(lambda_up) or lambda_up < 0:
-        raise MR2InputError(BAD_LAMBDA_UP.format(value=lambda_up))
+        raise MR2InputError(_BAD_LAMBDA_UP.format(value=lambda_up))
     everything = torch.arange(num_samples, dtype=torch.long, device=error_indices.device)
     return torch.cat([everything, error_indices.to(torch.long).repeat(lambda_up)])
 
@@ -297,7 +297,7 @@ def ldam_margins(class_counts: torch.Tensor, max_margin: float = 0.5) -> torch.T
     """
     counts = class_counts.to(torch.float64)
     if bool((counts < 1).any()):
-        raise MR2InputError(BAD_COUNTS)
+        raise MR2InputError(_BAD_COUNTS)
     raw = counts.pow(-0.25)
     return (raw * (max_margin / raw.max())).to(torch.float32)
 
@@ -344,10 +344,10 @@ def drw_class_weights(class_counts: torch.Tensor, beta: float = 0.9999) -> torch
         tensor([1., 1., 1.])
     """
     if not 0.0 <= beta < 1.0:
-        raise MR2InputError(BAD_BETA.format(value=beta))
+        raise MR2InputError(_BAD_BETA.format(value=beta))
     counts = class_counts.to(torch.float64)
     if bool((counts < 1).any()):
-        raise MR2InputError(BAD_COUNTS)
+        raise MR2InputError(_BAD_COUNTS)
     effective = -torch.expm1(counts * math.log(beta)) if beta > 0 else torch.ones_like(counts)
     raw = (1.0 - beta) / effective
     return (raw / raw.sum() * counts.numel()).to(torch.float32)
@@ -405,7 +405,7 @@ def focal_loss(
         True
     """
     if gamma < 0:
-        raise MR2InputError(BAD_GAMMA.format(value=gamma))
+        raise MR2InputError(_BAD_GAMMA.format(value=gamma))
     log_p_y = _true_class_log_prob(logits, target)
     modulation = (-torch.expm1(log_p_y)).clamp_min(0.0).pow(gamma)
     return reduce_loss(-modulation * log_p_y, reduction)

@@ -19,10 +19,10 @@ __all__ = [
 ]
 
 
-TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
-MARGINS_SHAPE = "margins must have shape [num_classes]={expected}; got {shape}."
-BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
-BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
+_TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
+_MARGINS_SHAPE = "margins must have shape [num_classes]={expected}; got {shape}."
+_BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
+_BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
 
 PairMode = Literal["auto", "dense", "sparse"]
 
@@ -73,7 +73,7 @@ def logit_margin_loss(
         >>> logit_margin_loss(z, y, torch.tensor([2.0, 1.0]), reduction="none")
         tensor([0.3133, 0.3133])
     """
-    _check_logit_inputs(logits, target, temperatures, TEMPERATURES_SHAPE)
+    _check_logit_inputs(logits, target, temperatures, _TEMPERATURES_SHAPE)
     dtype = working_dtype(logits)
     scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
     if logits.device.type == "cpu" and logits.requires_grad and not torch.compiler.is_compiling():
@@ -110,7 +110,7 @@ def additive_margin_loss(
         >>> additive_margin_loss(z, torch.tensor([0, 1]), torch.tensor([2.0, 0.0]), reduction="none")
         tensor([0.6931, 0.3133])
     """
-    _check_logit_inputs(logits, target, margins, MARGINS_SHAPE)
+    _check_logit_inputs(logits, target, margins, _MARGINS_SHAPE)
     dtype = working_dtype(logits)
     shift = margins.detach().to(dtype)[target]
     shifted = logits.to(dtype).scatter_add(1, target.unsqueeze(1), -shift.unsqueeze(1))
@@ -188,7 +188,7 @@ def representation_margin_loss(
     """
     check_features(features, target)
     if not temperature > 0:
-        raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=temperature))
+        raise MR2InputError(_BAD_DISTANCE_TEMPERATURE.format(value=temperature))
     dtype = working_dtype(features)
     queries = features.to(dtype)
     if partner_features is None or partner_target is None:
@@ -197,7 +197,7 @@ def representation_margin_loss(
         keys, key_target = partner_features.to(dtype), partner_target
     batch = queries.shape[0]
     if pair_mode not in ("auto", "dense", "sparse"):
-        raise MR2InputError(BAD_PAIR_MODE.format(value=pair_mode))
+        raise MR2InputError(_BAD_PAIR_MODE.format(value=pair_mode))
     margin_t = torch.as_tensor(margin, dtype=dtype, device=queries.device).detach()
     per_sample: torch.Tensor | None = None
     if batch and (

@@ -8,11 +8,11 @@ import torch
 
 from mr2.checks import MR2InputError
 
-__all__ = ["BAD_REDUCTION", "Reduction", "reduce_loss", "working_dtype"]
+__all__ = ["Reduction", "reduce_loss", "working_dtype"]
 
 Reduction = Literal["mean", "sum", "none"]
 
-BAD_REDUCTION = "reduction must be 'mean', 'sum' or 'none'; got {value!r}."
+_BAD_REDUCTION = "reduction must be 'mean', 'sum' or 'none'; got {value!r}."
 
 
 def working_dtype(tensor: torch.Tensor) -> torch.dtype:
@@ -28,4 +28,4 @@ def reduce_loss(values: torch.Tensor, reduction: str) -> torch.Tensor:
         return values.sum()
     if reduction == "none":
         return values
-    raise MR2InputError(BAD_REDUCTION.format(value=reduction))
+    raise MR2InputError(_BAD_REDUCTION.format(value=reduction))

@@ -27,12 +27,12 @@ __all__ = [
 
 CenterUpdate = Literal["paper", "reference"]
 
-BAD_CENTERS = "centers must have shape [num_classes, feature_dim]; got {shape} for features {features}."
-BAD_UPDATE = "center update rule must be 'paper' or 'reference'; got {value!r}."
-BAD_TEMPERATURE = "temperature and base_temperature must be > 0; got {t!r} and {base!r}."
-BAD_EMBEDDINGS = "embeddings of shape {shape} and targets of shape {target} do not match."
-BAD_OFFSET = "anchor_offset {offset} with {anchors} anchors does not fit in {contrasts} contrasts."
-BAD_HARDNESS = "class_hardness must be a finite [K] vector; got shape {shape}."
+_BAD_CENTERS = "centers must have shape [num_classes, feature_dim]; got {shape} for features {features}."
+_BAD_UPDATE = "center update rule must be 'paper' or 'reference'; got {value!r}."
+_BAD_TEMPERATURE = "temperature and base_temperature must be > 0; got {t!r} and {base!r}."
+_BAD_EMBEDDINGS = "embeddings of shape {shape} and targets of shape {target} do not match."
+_BAD_OFFSET = "anchor_offset {offset} with {anchors} anchors does not fit in {contrasts} contrasts."
+_BAD_HARDNESS = "class_hardness must be a finite [K] vector; got shape {shape}."
 
 
 # --------------------------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def center_distances(features: torch.Tensor, centers: torch.Tensor, target: torc
     """
     check_features(features, target)
     if centers.dim() != 2 or centers.shape[1] != features.shape[1]:
-        raise MR2InputError(BAD_CENTERS.format(shape=tuple(centers.shape), features=tuple(features.shape)))
+        raise MR2InputError(_BAD_CENTERS.format(shape=tuple(centers.shape), features=tuple(features.shape)))
     check_target(target, centers.shape[0], features.shape[0])
     dtype = torch.promote_types(working_dtype(features), centers.dtype)
     diff = features.to(dtype) - centers.to(dtype)[target]
@@ -103,7 +103,7 @@ def center_update(
                 [0.]])
     """
     if rule not in ("paper", "reference"):
-        raise MR2InputError(BAD_UPDATE.format(value=rule))
+        raise MR2InputError(_BAD_UPDATE.format(value=rule))
     dtype = torch.promote_types(working_dtype(centers), class_feature_sums.dtype)
     counts = class_counts.to(dtype).unsqueeze(1)
     delta = counts * centers.to(dtype) - class_feature_sums.to(dtype)
@@ -160,15 +160,15 @@ def supervised_contrastive_loss(
         (True, True)
     """
     if not (temperature > 0 and base_temperature > 0):
-        raise MR2InputError(BAD_TEMPERATURE.format(t=temperature, base=base_temperature))
+        raise MR2InputError(_BAD_TEMPERATURE.format(t=temperature, base=base_temperature))
     if contrasts is None or contrast_target is None:
         contrasts, contrast_target = anchors, anchor_target
     for emb, tgt in ((anchors, anchor_target), (contrasts, contrast_target)):
         if emb.dim() != 2 or tgt.shape != (emb.shape[0],):
-            raise MR2InputError(BAD_EMBEDDINGS.format(shape=tuple(emb.shape), target=tuple(tgt.shape)))
+            raise MR2InputError(_BAD_EMBEDDINGS.format(shape=tuple(emb.shape), target=tuple(tgt.shape)))
     n_anchor, n_contrast = anchors.shape[0], contrasts.shape[0]
     if anchor_offset < 0 or anchor_offset + n_anchor > n_contrast:
-        raise MR2InputError(BAD_OFFSET.format(offset=anchor_offset, anchors=n_anchor, contrasts=n_contrast))
+        raise MR2InputError(_BAD_OFFSET.format(offset=anchor_offset, anchors=n_anchor, contrasts=n_contrast))
     dtype = torch.promote_types(working_dtype(anchors), contrasts.dtype)
     similarity = anchors.to(dtype) @ contrasts.to(dtype).T / temperature  # [B_a, B_c]
     rows = torch.arange(n_anchor, device=anchors.device)
@@ -219,7 +219,7 @@ def hbr_class_sample_counts(
     """
     h = class_hardness.to(torch.float64)
     if h.dim() != 1 or not bool(torch.isfinite(h).all()):
-        raise MR2InputError(BAD_HARDNESS.format(shape=tuple(class_hardness.shape)))
+        raise MR2InputError(_BAD_HARDNESS.format(shape=tuple(class_hardness.shape)))
     low = h.min()
     if low <= 0:
         h = h - low + 1e-4

@@ -69,27 +69,27 @@ def _label(name: str) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
-BAD_LAMBDA = "lambda_rep must be a number >= 0; got {value!r}."
-BAD_C_BAR = "c_bar must be a positive number; got {value!r}."
-BAD_ALLOCATION = "allocation must be 'second_moment' (paper) or 'spread'; got {value!r}."
-BAD_PAIRS = "pairs must be 'local' (default) or 'global'; got {value!r}."
-BAD_DISTANCE_TEMPERATURE = (
+_BAD_LAMBDA = "lambda_rep must be a number >= 0; got {value!r}."
+_BAD_C_BAR = "c_bar must be a positive number; got {value!r}."
+_BAD_ALLOCATION = "allocation must be 'second_moment' (paper) or 'spread'; got {value!r}."
+_BAD_PAIRS = "pairs must be 'local' (default) or 'global'; got {value!r}."
+_BAD_DISTANCE_TEMPERATURE = (
     "distance_temperature must be a positive number (1 = the paper; with "
     "distance_temperature_per_dim=True it is c in T = c times the feature dimension; the string "
     "'<c>d' is ReleasedMR2Loss's spelling); got {value!r}."
 )
-BAD_PER_DIM = "distance_temperature_per_dim must be true or false; got {value!r}."
-UNKNOWN_VARIANT = "unknown MR2 variant {name!r}; choose one of: {choices}."
-RELEASED_OPTIONS_ONLY = (
+_BAD_PER_DIM = "distance_temperature_per_dim must be true or false; got {value!r}."
+_UNKNOWN_VARIANT = "unknown MR2 variant {name!r}; choose one of: {choices}."
+_RELEASED_OPTIONS_ONLY = (
     "{cls} has no option(s) {names}: they reproduce the released research code; build the loss with "
     "mr2.losses.released.ReleasedMR2Loss (or ReleasedMR2Loss.from_variant) instead."
 )
-BAD_WARMUP = "warmup_samples_per_class must be an integer >= 1; got {value!r}."
-BAD_LOGIT_MARGIN = (
+_BAD_WARMUP = "warmup_samples_per_class must be an integer >= 1; got {value!r}."
+_BAD_LOGIT_MARGIN = (
     "logit_margin must be 'temperature' (paper: z / gamma_y) or 'additive' (LDAM form: "
     "z_y - Delta_y); got {value!r}."
 )
-BAD_MARGIN_SCALE = "margin_scale (m of the additive margin) must be a number >= 0; got {value!r}."
+_BAD_MARGIN_SCALE = "margin_scale (m of the additive margin) must be a number >= 0; got {value!r}."
 
 #: Named configurations. ``"paper"`` is the default of :class:`MR2Loss`; the others are variants
 #: studied by the project (see docs/mr2.md), each labelled as NOT the paper's default. ``"released"``
@@ -247,29 +247,29 @@ class MR2Loss(nn.Module):
         )
         self.num_classes = self.statistics.num_classes
         if not is_number(c_bar) or not c_bar > 0:
-            raise MR2InputError(BAD_C_BAR.format(value=c_bar))
+            raise MR2InputError(_BAD_C_BAR.format(value=c_bar))
         if not is_number(lambda_rep) or lambda_rep < 0:
-            raise MR2InputError(BAD_LAMBDA.format(value=lambda_rep))
+            raise MR2InputError(_BAD_LAMBDA.format(value=lambda_rep))
         if not is_number(distance_temperature) or not distance_temperature > 0:
-            raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=distance_temperature))
+            raise MR2InputError(_BAD_DISTANCE_TEMPERATURE.format(value=distance_temperature))
         if not isinstance(distance_temperature_per_dim, bool):
-            raise MR2InputError(BAD_PER_DIM.format(value=distance_temperature_per_dim))
+            raise MR2InputError(_BAD_PER_DIM.format(value=distance_temperature_per_dim))
         if allocation not in ("second_moment", "spread"):
-            raise MR2InputError(BAD_ALLOCATION.format(value=allocation))
+            raise MR2InputError(_BAD_ALLOCATION.format(value=allocation))
         if pairs not in ("local", "global"):
-            raise MR2InputError(BAD_PAIRS.format(value=pairs))
+            raise MR2InputError(_BAD_PAIRS.format(value=pairs))
         if warmup_samples_per_class is not None and (
             not is_int(warmup_samples_per_class)
             or warmup_samples_per_class < 1
         ):
-            raise MR2InputError(BAD_WARMUP.format(value=warmup_samples_per_class))
+            raise MR2InputError(_BAD_WARMUP.format(value=warmup_samples_per_class))
         if logit_margin not in ("temperature", "additive"):
-            raise MR2InputError(BAD_LOGIT_MARGIN.format(value=logit_margin))
+            raise MR2InputError(_BAD_LOGIT_MARGIN.format(value=logit_margin))
         if (
             not is_number(margin_scale)
             or not margin_scale >= 0
         ):
-            raise MR2InputError(BAD_MARGIN_SCALE.format(value=margin_scale))
+            raise MR2InputError(_BAD_MARGIN_SCALE.format(value=margin_scale))
         self.logit_margin: LogitMargin = logit_margin
         self.margin_scale = float(margin_scale)
         self.c_bar = float(c_bar)
@@ -307,7 +307,7 @@ class MR2Loss(nn.Module):
         options.update(overrides)
         foreign = sorted(set(options) - set(keyword_options(cls)))
         if foreign:
-            raise MR2InputError(RELEASED_OPTIONS_ONLY.format(cls=cls.__name__, names=foreign))
+            raise MR2InputError(_RELEASED_OPTIONS_ONLY.format(cls=cls.__name__, names=foreign))
         return cls(num_classes, **options)
 
     @staticmethod
@@ -315,7 +315,7 @@ class MR2Loss(nn.Module):
         """The options of the named configuration ``variant`` of :data:`VARIANTS` (a copy)."""
         if variant not in VARIANTS:
             raise MR2InputError(
-                UNKNOWN_VARIANT.format(name=variant, choices=", ".join(sorted(VARIANTS)))
+                _UNKNOWN_VARIANT.format(name=variant, choices=", ".join(sorted(VARIANTS)))
             )
         return dict(VARIANTS[variant])
 

@@ -31,12 +31,12 @@ __all__ = ["ReleasedMR2Loss", "uses_released_knobs"]
 MarginNorm = Literal["l2", "statistics"]
 RepReduction = Literal["mean", "released"]
 
-BAD_REP_REDUCTION = "rep_reduction must be 'mean' (paper) or 'released'; got {value!r}."
-BAD_DISTANCE_TEMPERATURE = (
+_BAD_REP_REDUCTION = "rep_reduction must be 'mean' (paper) or 'released'; got {value!r}."
+_BAD_DISTANCE_TEMPERATURE = (
     "distance_temperature must be a positive number (1 = the paper) or a string '<c>d' meaning c "
     "times the feature dimension (e.g. '10d', the released code); got {value!r}."
 )
-BAD_MARGIN_NORM = (
+_BAD_MARGIN_NORM = (
     "distance_margin_norm must be 'l2' (the norm of the pair distances) or 'statistics' (the "
     "statistics' Lp norm, the released code); got {value!r}."
 )
@@ -51,10 +51,10 @@ def _parse_distance_temperature(value: float | str) -> tuple[float, bool]:
         except ValueError:
             factor = float("nan")
         if not factor > 0:
-            raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
+            raise MR2InputError(_BAD_DISTANCE_TEMPERATURE.format(value=value))
         return factor, True
     if not is_number(value) or not value > 0:
-        raise MR2InputError(BAD_DISTANCE_TEMPERATURE.format(value=value))
+        raise MR2InputError(_BAD_DISTANCE_TEMPERATURE.format(value=value))
     return float(value), False
 
 
@@ -94,9 +94,9 @@ class ReleasedMR2Loss(MR2Loss):
             options["distance_temperature_per_dim"] = True
         super().__init__(num_classes, distance_temperature=factor, **options)
         if rep_reduction not in ("mean", "released"):
-            raise MR2InputError(BAD_REP_REDUCTION.format(value=rep_reduction))
+            raise MR2InputError(_BAD_REP_REDUCTION.format(value=rep_reduction))
         if distance_margin_norm not in ("l2", "statistics"):
-            raise MR2InputError(BAD_MARGIN_NORM.format(value=distance_margin_norm))
+            raise MR2InputError(_BAD_MARGIN_NORM.format(value=distance_margin_norm))
         if estimator != "pooled":
             stats = self.statistics
             self.statistics = ClassFeatureStatistics(

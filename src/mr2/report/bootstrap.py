@@ -36,10 +36,10 @@ from mr2.report.validation import validate_confusion
 
 __all__ = ["ConfidenceInterval", "bootstrap_confusion", "resample_class_counts"]
 
-NUM_RESAMPLES_INVALID = "num_resamples must be a positive integer, got {value!r}"
-CONFIDENCE_INVALID = "confidence must be in (0, 1), got {value!r}"
-UNKNOWN_METRIC = "unknown metric {name!r}; available: {available}"
-STATISTIC_SHAPE = (
+_NUM_RESAMPLES_INVALID = "num_resamples must be a positive integer, got {value!r}"
+_CONFIDENCE_INVALID = "confidence must be in (0, 1), got {value!r}"
+_UNKNOWN_METRIC = "unknown metric {name!r}; available: {available}"
+_STATISTIC_SHAPE = (
     "statistic {name!r} must return one value per resample (shape [{expected}]), got shape {actual}"
 )
 
@@ -105,7 +105,7 @@ def resample_class_counts(
         ([[10, 4], [10, 4], [10, 4]], True)
     """
     if not is_int(num_resamples) or num_resamples < 1:
-        raise ReportError(NUM_RESAMPLES_INVALID.format(value=num_resamples))
+        raise ReportError(_NUM_RESAMPLES_INVALID.format(value=num_resamples))
     c = np.asarray(correct, dtype=np.int64)
     n = np.asarray(total, dtype=np.int64)
     rng = _rng(seed)
@@ -158,9 +158,9 @@ def bootstrap_confusion(
         (0.8, True)
     """
     if not 0.0 < confidence < 1.0:
-        raise ReportError(CONFIDENCE_INVALID.format(value=confidence))
+        raise ReportError(_CONFIDENCE_INVALID.format(value=confidence))
     if not is_int(num_resamples) or num_resamples < 1:
-        raise ReportError(NUM_RESAMPLES_INVALID.format(value=num_resamples))
+        raise ReportError(_NUM_RESAMPLES_INVALID.format(value=num_resamples))
     matrix = validate_confusion(confusion)
     total = matrix.sum(axis=1)
     correct = np.diagonal(matrix).copy()
@@ -168,13 +168,13 @@ def bootstrap_confusion(
     names = list(estimate) if metrics is None else list(metrics)
     for name in names:
         if name not in estimate:
-            raise ReportError(UNKNOWN_METRIC.format(name=name, available=", ".join(estimate)))
+            raise ReportError(_UNKNOWN_METRIC.format(name=name, available=", ".join(estimate)))
     custom = dict(statistics or {})
     point = {name: float(estimate[name]) for name in names}
     for name, fn in custom.items():
         value = np.asarray(fn(correct[None].astype(np.float64), total[None].astype(np.float64)))
         if value.shape != (1,):
-            raise ReportError(STATISTIC_SHAPE.format(name=name, expected=1, actual=value.shape))
+            raise ReportError(_STATISTIC_SHAPE.format(name=name, expected=1, actual=value.shape))
         point[name] = float(value[0])
 
     rng = _rng(seed)
@@ -190,7 +190,7 @@ def bootstrap_confusion(
             value = np.asarray(fn(c_b.astype(np.float64), n_b.astype(np.float64)), dtype=float)
             if value.shape != (size,):
                 raise ReportError(
-                    STATISTIC_SHAPE.format(name=name, expected=size, actual=value.shape)
+                    _STATISTIC_SHAPE.format(name=name, expected=size, actual=value.shape)
                 )
             samples[name].append(value)
 

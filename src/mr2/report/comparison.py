@@ -53,8 +53,8 @@ from mr2.report.tiers import TierSplit
 __all__ = ["Comparison", "MethodSummary", "compare_runs"]
 
 REFERENCE_UNKNOWN = "reference method {name!r} is not among the runs' methods: {methods}"
-TIER_SOURCE_INVALID = "tier_source must be 'test' or 'validation', got {value!r}"
-VALIDATION_MISSING = (
+_TIER_SOURCE_INVALID = "tier_source must be 'test' or 'validation', got {value!r}"
+_VALIDATION_MISSING = (
     "tier_source='validation' needs the reference runs' validation results, but {run} has none in "
     "final.json; use tier_source='test' or re-evaluate the reference with a validation split"
 )
@@ -214,7 +214,7 @@ def compare_runs(
     """
     check_comparable(runs)
     if tier_source not in ("test", "validation"):
-        raise ReportError(TIER_SOURCE_INVALID.format(value=tier_source))
+        raise ReportError(_TIER_SOURCE_INVALID.format(value=tier_source))
     by_method: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_method.setdefault(run.method, []).append(run)
@@ -235,7 +235,7 @@ def compare_runs(
         for run in reference_runs:
             accuracy = run.validation_accuracy()
             if accuracy is None:
-                raise ReportError(VALIDATION_MISSING.format(run=run.label))
+                raise ReportError(_VALIDATION_MISSING.format(run=run.label))
             ranking_rows.append(accuracy)
     ranking = nan_mean_rows(np.stack(ranking_rows))
     if num_tiers is None:

@@ -26,15 +26,15 @@ from mr2.report.exceptions import ReportError
 __all__ = ["ConfusionMatrix", "confusion_matrix"]
 
 NUM_CLASSES_INVALID = "num_classes must be a positive integer, got {value!r}"
-PREDS_SHAPE_MISMATCH = (
+_PREDS_SHAPE_MISMATCH = (
     "preds and target must describe the same samples: preds has shape {preds}, target has shape "
     "{target}; pass class ids of shape [N] or logits of shape [N, num_classes] with target of shape [N]"
 )
-LOGITS_WIDTH_MISMATCH = (
+_LOGITS_WIDTH_MISMATCH = (
     "logits have {width} columns but num_classes is {num_classes}; pass logits of shape "
     "[N, num_classes] or predicted class ids of shape [N]"
 )
-NOT_INTEGER_LABELS = (
+_NOT_INTEGER_LABELS = (
     "{name} must hold integer class ids, got dtype {dtype}; pass logits.argmax(dim=1) for predictions "
     "and integer targets"
 )
@@ -42,9 +42,9 @@ LABEL_OUT_OF_RANGE = (
     "{name} holds class ids outside [0, {num_classes}): min {low}, max {high}; check num_classes and "
     "the label encoding of the data set"
 )
-VALID_SHAPE_MISMATCH = "valid must be a boolean mask of shape {expected}, got shape {actual}"
-DATASET_LENGTH_INVALID = "dataset_length must be a positive integer or None, got {value!r}"
-RANK_INVALID = "rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+_VALID_SHAPE_MISMATCH = "valid must be a boolean mask of shape {expected}, got shape {actual}"
+_DATASET_LENGTH_INVALID = "dataset_length must be a positive integer or None, got {value!r}"
+_RANK_INVALID = "rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
 COUNT_MISMATCH = (
     "the confusion matrix counts {counted} samples over all ranks but the data set has {expected}; "
     "evaluate the whole split once (DistributedSampler with drop_last=False and a DataLoader with "
@@ -69,16 +69,16 @@ def _as_labels(
     if preds.dim() == 2 and target.dim() == 1 and preds.shape[0] == target.shape[0]:
         if preds.shape[1] != num_classes:
             raise ReportError(
-                LOGITS_WIDTH_MISMATCH.format(width=preds.shape[1], num_classes=num_classes)
+                _LOGITS_WIDTH_MISMATCH.format(width=preds.shape[1], num_classes=num_classes)
             )
         preds = preds.argmax(dim=1)
     if preds.dim() != 1 or target.dim() != 1 or preds.shape != target.shape:
         raise ReportError(
-            PREDS_SHAPE_MISMATCH.format(preds=tuple(preds.shape), target=tuple(target.shape))
+            _PREDS_SHAPE_MISMATCH.format(preds=tuple(preds.shape), target=tuple(target.shape))
         )
     for name, labels in (("preds", preds), ("target", target)):
         if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-            raise ReportError(NOT_INTEGER_LABELS.format(name=name, dtype=labels.dtype))
+            raise ReportError(_NOT_INTEGER_LABELS.format(name=name, dtype=labels.dtype))
         if validate_args and labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
             raise ReportError(
                 LABEL_OUT_OF_RANGE.format(
@@ -135,7 +135,7 @@ def confusion_matrix(
     if valid is not None:
         if valid.shape != target.shape or valid.dtype != torch.bool:
             raise ReportError(
-                VALID_SHAPE_MISMATCH.format(expected=tuple(target.shape), actual=tuple(valid.shape))
+                _VALID_SHAPE_MISMATCH.format(expected=tuple(target.shape), actual=tuple(valid.shape))
             )
         ones = valid.to(index.device).long()  # masked samples add 0 (no boolean indexing: no sync)
     counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=index.device)
@@ -190,14 +190,14 @@ class ConfusionMatrix:
         if dataset_length is not None and (
             not is_int(dataset_length) or dataset_length < 1
         ):
-            raise ReportError(DATASET_LENGTH_INVALID.format(value=dataset_length))
+            raise ReportError(_DATASET_LENGTH_INVALID.format(value=dataset_length))
         distributed = dist.is_available() and dist.is_initialized()
         if world_size is None:
             world_size = dist.get_world_size(process_group) if distributed else 1
         if rank is None:
             rank = dist.get_rank(process_group) if distributed else 0
         if not 0 <= rank < world_size:
-            raise ReportError(RANK_INVALID.format(rank=rank, world_size=world_size))
+            raise ReportError(_RANK_INVALID.format(rank=rank, world_size=world_size))
         self.num_classes = num_classes
         self.dataset_length = dataset_length
         self.process_group = process_group

@@ -64,7 +64,7 @@ def ordered_statistics(keys: Iterable[str]) -> list[str]:
 #: Per-class series a metrics.jsonl record may hold.
 _EVOLVING = ("temperatures", "spread", "mean_sq_norm")
 
-STATISTIC_LENGTH = "statistic {name!r} has {actual} values for {expected} classes"
+_STATISTIC_LENGTH = "statistic {name!r} has {actual} values for {expected} classes"
 
 
 @dataclass
@@ -89,7 +89,7 @@ class ClassDiagnostics:
         for name, values in self.statistics.items():
             if values.shape != self.accuracy.shape:
                 raise ReportError(
-                    STATISTIC_LENGTH.format(
+                    _STATISTIC_LENGTH.format(
                         name=name, actual=values.shape[0], expected=self.accuracy.shape[0]
                     )
                 )

@@ -44,9 +44,9 @@ from mr2.report.validation import validate_confusion
 __all__ = ["DisparityReport"]
 
 CONFUSION_EMPTY = "the confusion matrix counts no sample at all; nothing was evaluated"
-CLASS_NAMES_MISMATCH = "got {num_names} class names for {num_classes} classes"
-DIFFERENCE_METHOD_INVALID = "method must be 'between_groups' or 'to_overall', got {method!r}"
-MISSING_CLASSES_WARNING = (
+_CLASS_NAMES_MISMATCH = "got {num_names} class names for {num_classes} classes"
+_DIFFERENCE_METHOD_INVALID = "method must be 'between_groups' or 'to_overall', got {method!r}"
+_MISSING_CLASSES_WARNING = (
     "{count} of {total} classes have no test sample (class ids {ids}); their accuracy is NaN and they "
     "are left out of every summary"
 )
@@ -98,7 +98,7 @@ class DisparityReport:
         self.num_classes = int(self.confusion.shape[0])
         if class_names is not None and len(class_names) != self.num_classes:
             raise ReportError(
-                CLASS_NAMES_MISMATCH.format(num_names=len(class_names), num_classes=self.num_classes)
+                _CLASS_NAMES_MISMATCH.format(num_names=len(class_names), num_classes=self.num_classes)
             )
         if not 0.0 < bottom_fraction <= 1.0:
             raise ReportError(BOTTOM_FRACTION_INVALID.format(value=bottom_fraction))
@@ -112,7 +112,7 @@ class DisparityReport:
         self.missing_classes = np.flatnonzero(self.support == 0)
         if warn_missing and self.missing_classes.size:
             warnings.warn(
-                MISSING_CLASSES_WARNING.format(
+                _MISSING_CLASSES_WARNING.format(
                     count=self.missing_classes.size,
                     total=self.num_classes,
                     ids=_format_ids(self.missing_classes),
@@ -175,7 +175,7 @@ class DisparityReport:
             return self._summary["difference"]
         if method == "to_overall":
             return self._summary["difference_to_overall"]
-        raise ReportError(DIFFERENCE_METHOD_INVALID.format(method=method))
+        raise ReportError(_DIFFERENCE_METHOD_INVALID.format(method=method))
 
     def ratio(self, method: str = "between_groups") -> float:
         """``min / max`` per-class accuracy, or ``min_k min(acc_k/overall, overall/acc_k)``."""
@@ -183,7 +183,7 @@ class DisparityReport:
             return self._summary["ratio"]
         if method == "to_overall":
             return self._summary["ratio_to_overall"]
-        raise ReportError(DIFFERENCE_METHOD_INVALID.format(method=method))
+        raise ReportError(_DIFFERENCE_METHOD_INVALID.format(method=method))
 
     def mean_class_accuracy(self) -> float:
         """Unweighted mean of the per-class accuracies (balanced accuracy)."""

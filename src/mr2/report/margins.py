@@ -15,11 +15,11 @@ from mr2.report.exceptions import ReportError
 
 __all__ = ["logit_margins", "per_class_margin_summary"]
 
-LOGITS_SHAPE = (
+_LOGITS_SHAPE = (
     "logits must have shape [N, K] with K >= 2 and target shape [N]; got logits {logits} and "
     "target {target}"
 )
-MARGIN_SHAPE = "margins and target must both have shape [N]; got {margins} and {target}"
+_MARGIN_SHAPE = "margins and target must both have shape [N]; got {margins} and {target}"
 
 
 def logit_margins(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -37,7 +37,7 @@ def logit_margins(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         tensor([ 1., -2.])
     """
     if logits.dim() != 2 or logits.shape[1] < 2 or target.shape != (logits.shape[0],):
-        raise ReportError(LOGITS_SHAPE.format(logits=tuple(logits.shape), target=tuple(target.shape)))
+        raise ReportError(_LOGITS_SHAPE.format(logits=tuple(logits.shape), target=tuple(target.shape)))
     index = target.long()[:, None]
     true = logits.gather(1, index)[:, 0]
     others = logits.scatter(1, index, float("-inf"))
@@ -68,7 +68,7 @@ def per_class_margin_summary(
     """
     _check_num_classes(num_classes)
     if margins.dim() != 1 or margins.shape != target.shape:
-        raise ReportError(MARGIN_SHAPE.format(margins=tuple(margins.shape), target=tuple(target.shape)))
+        raise ReportError(_MARGIN_SHAPE.format(margins=tuple(margins.shape), target=tuple(target.shape)))
     values = margins.detach().to(torch.float64)
     labels = target.long()
     counts = torch.bincount(labels, minlength=num_classes)

@@ -106,12 +106,12 @@ def worst_classes_line(comparison: Comparison) -> str:
     return "Worst classes (mean accuracy over seeds, %): " + "; ".join(parts) + "."
 
 
-TIER_NOTE = (
+_TIER_NOTE = (
     "Tier accuracy is the mean of the per-class accuracies of the tier's classes. Tiers come "
     "from the reference method and are the same for every row."
 )
-#: Said after :data:`TIER_NOTE` only when the tiers were ranked on the test split.
-TEST_SPLIT_TIERS_NOTE = (
+#: Said after :data:`_TIER_NOTE` only when the tiers were ranked on the test split.
+_TEST_SPLIT_TIERS_NOTE = (
     "Ranking and evaluating on the same test split favours the other methods slightly on the hard "
     "tier (regression to the mean); `--tier-source validation` ranks on the validation split instead."
 )
@@ -121,11 +121,11 @@ def tier_note(comparison: Comparison) -> str:
     """The note under the comparison tables; the advice to rank on validation only when the tiers
     were ranked on the test split."""
     if comparison.tier_source == "test":
-        return f"{TIER_NOTE} {TEST_SPLIT_TIERS_NOTE}"
-    return TIER_NOTE
+        return f"{_TIER_NOTE} {_TEST_SPLIT_TIERS_NOTE}"
+    return _TIER_NOTE
 
 
-PER_CLASS_NOTE = (
+_PER_CLASS_NOTE = (
     "One row per class, from the hardest (lowest ranking accuracy, the tiers' order) to the easiest: "
     "test samples, tier, the accuracy that ranked it, each method's accuracy (mean over seeds, %) and "
     "each method's change against the reference (percentage points). With many classes (K = 1000) "
@@ -194,7 +194,7 @@ def report_markdown(
             *markdown_table(table),
             "",
         ]
-    lines += ["## Per-class accuracy", "", PER_CLASS_NOTE, "", *per_class_markdown(comparison), ""]
+    lines += ["## Per-class accuracy", "", _PER_CLASS_NOTE, "", *per_class_markdown(comparison), ""]
     if plots:
         lines += ["## Plots", ""]
         for plot in plots:

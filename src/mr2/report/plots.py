@@ -39,8 +39,8 @@ __all__ = [
     "tier_bars_figure",
 ]
 
-NO_CURVES = "nothing to plot: pass at least one curve"
-CURVE_LENGTH = "curve {name!r} has {actual} classes, expected {expected}"
+_NO_CURVES = "nothing to plot: pass at least one curve"
+_CURVE_LENGTH = "curve {name!r} has {actual} classes, expected {expected}"
 
 _FORMATS = ("png", "svg")
 
@@ -80,12 +80,12 @@ def save_figure(figure: Figure, stem: str | Path) -> list[Path]:
 
 def _check_curves(curves: Mapping[str, ArrayLike], length: int | None = None) -> dict[str, np.ndarray]:
     if not curves:
-        raise ReportError(NO_CURVES)
+        raise ReportError(_NO_CURVES)
     arrays = {name: np.asarray(values, dtype=np.float64) for name, values in curves.items()}
     expected = length if length is not None else next(iter(arrays.values())).shape[0]
     for name, values in arrays.items():
         if values.shape != (expected,):
-            raise ReportError(CURVE_LENGTH.format(name=name, actual=values.shape, expected=expected))
+            raise ReportError(_CURVE_LENGTH.format(name=name, actual=values.shape, expected=expected))
     return arrays
 
 

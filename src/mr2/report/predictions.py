@@ -59,25 +59,25 @@ __all__ = [
     "read_predictions",
 ]
 
-NO_FILES = "no predictions file given; pass at least one .npz, .pt or .csv file"
+_NO_FILES = "no predictions file given; pass at least one .npz, .pt or .csv file"
 FILE_NOT_FOUND = "predictions file {path} does not exist"
-NOT_A_FILE = "predictions file {path} is a directory, not a file; give the .npz, .pt or .csv file itself"
+_NOT_A_FILE = "predictions file {path} is a directory, not a file; give the .npz, .pt or .csv file itself"
 FORMAT_UNKNOWN = (
     "predictions file {path} has suffix {suffix!r}; use .npz (numpy.savez), .pt (torch.save of a "
     "dict) or .csv"
 )
 FILE_UNREADABLE = "predictions file {path} cannot be read: {error}"
-PICKLE_REFUSED = (
+_PICKLE_REFUSED = (
     "torch.load(weights_only=True) refused it; a .pt predictions file must be torch.save of a dict "
     "of tensors, lists, numbers and strings (other pickled objects are never loaded)"
 )
-NOT_A_MAPPING = "predictions file {path} must hold a dict of arrays (y_true, y_pred or logits), got {kind}"
-KEY_MISSING = "predictions file {path} has no {key!r}; it needs y_true and either y_pred or logits"
-NO_PREDICTIONS = (
+_NOT_A_MAPPING = "predictions file {path} must hold a dict of arrays (y_true, y_pred or logits), got {kind}"
+_KEY_MISSING = "predictions file {path} has no {key!r}; it needs y_true and either y_pred or logits"
+_NO_PREDICTIONS = (
     "predictions file {path} has neither 'y_pred' (class ids [N]) nor 'logits' ([N, K] scores); "
     "found keys {keys}"
 )
-BOTH_PREDICTIONS = (
+_BOTH_PREDICTIONS = (
     "predictions file {path} has both 'y_pred' and 'logits'; keep one of them (the report would "
     "not know which to trust)"
 )
@@ -99,9 +99,9 @@ COLUMNS_UNEXPECTED = (
 DID_YOU_MEAN = "; did you mean {name!r} for {column!r}?"
 COLUMN_REPEATED = "predictions file {path} has the column {column!r} twice; every column name must be unique"
 EMPTY_FILE = "predictions file {path} holds no sample; it must hold at least one prediction"
-ROW_LENGTH = "predictions file {path}, line {line}: {actual} cells, but the header has {expected}"
+_ROW_LENGTH = "predictions file {path}, line {line}: {actual} cells, but the header has {expected}"
 CELL_INVALID = "predictions file {path}, line {line}, column {column!r}: {value!r} is not a number"
-WRONG_SHAPE = "predictions file {path}: {key} must have shape {expected}, got {actual}"
+_WRONG_SHAPE = "predictions file {path}: {key} must have shape {expected}, got {actual}"
 NOT_INTEGER = (
     "predictions file {path}: {key} must hold integer class ids, got {problem}; save the class ids "
     "(or logits as 'logits')"
@@ -126,7 +126,7 @@ NAMES_ABOVE_LIMIT = (
     "holds {count} names, more than the limit of {limit} classes (a K x K confusion matrix of "
     "{size}); raise the limit with --max-classes"
 )
-GIVEN_NAMES_ABOVE_LIMIT = (
+_GIVEN_NAMES_ABOVE_LIMIT = (
     "class_names gives {count} names, more than the limit of {limit} classes (a K x K confusion "
     "matrix of {size}); raise max_classes"
 )
@@ -264,14 +264,14 @@ def _array(path: Path, key: str, value: Any) -> NDArray[Any]:
         return np.asarray(value)
     except (ValueError, TypeError, OverflowError) as error:
         raise PredictionsError(
-            WRONG_SHAPE.format(path=path, key=key, expected="an array", actual=str(error).splitlines()[0])
+            _WRONG_SHAPE.format(path=path, key=key, expected="an array", actual=str(error).splitlines()[0])
         ) from error
 
 
 def _as_class_ids(path: Path, key: str, values: NDArray[Any], max_classes: int) -> NDArray[np.int64]:
     if values.ndim != 1:
         raise PredictionsError(
-            WRONG_SHAPE.format(path=path, key=key, expected="[N]", actual=list(values.shape))
+            _WRONG_SHAPE.format(path=path, key=key, expected="[N]", actual=list(values.shape))
         )
     if values.dtype.kind not in _NUMERIC_KINDS:
         raise PredictionsError(NOT_INTEGER.format(path=path, key=key, problem=f"dtype {values.dtype}"))
@@ -338,11 +338,11 @@ def _build(
 ) -> PredictionsFile:
     """Check the arrays of one file and build its :class:`PredictionsFile`."""
     if "y_true" not in data:
-        raise PredictionsError(KEY_MISSING.format(path=path, key="y_true"))
+        raise PredictionsError(_KEY_MISSING.format(path=path, key="y_true"))
     if "y_pred" not in data and "logits" not in data:
-        raise PredictionsError(NO_PREDICTIONS.format(path=path, keys=sorted(data)))
+        raise PredictionsError(_NO_PREDICTIONS.format(path=path, keys=sorted(data)))
     if "y_pred" in data and "logits" in data:
-        raise PredictionsError(BOTH_PREDICTIONS.format(path=path))
+        raise PredictionsError(_BOTH_PREDICTIONS.format(path=path))
     y_true = _as_class_ids(path, "y_true", _array(path, "y_true", data["y_true"]), max_classes)
     if y_true.size == 0:
         raise PredictionsError(EMPTY_FILE.format(path=path))
@@ -352,7 +352,7 @@ def _build(
         scores = _array(path, "logits", data["logits"])
         if scores.ndim != 2 or scores.shape[0] != n or scores.shape[1] == 0:
             raise PredictionsError(
-                WRONG_SHAPE.format(path=path, key="logits", expected=f"[{n}, K]", actual=list(scores.shape))
+                _WRONG_SHAPE.format(path=path, key="logits", expected=f"[{n}, K]", actual=list(scores.shape))
             )
         if scores.dtype.kind not in _NUMERIC_KINDS:
             raise PredictionsError(LOGITS_NOT_REAL.format(path=path, dtype=scores.dtype))
@@ -371,7 +371,7 @@ def _build(
         y_pred = _as_class_ids(path, "y_pred", _array(path, "y_pred", data["y_pred"]), max_classes)
         if y_pred.shape != y_true.shape:
             raise PredictionsError(
-                WRONG_SHAPE.format(path=path, key="y_pred", expected=f"[{n}]", actual=list(y_pred.shape))
+                _WRONG_SHAPE.format(path=path, key="y_pred", expected=f"[{n}]", actual=list(y_pred.shape))
             )
     names = data.get("class_names", column_names)
     class_names = None
@@ -452,7 +452,7 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
             with path.open("rb") as handle:
                 loaded = np.load(handle, allow_pickle=False)
                 if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy saved under .npz
-                    raise PredictionsError(NOT_A_MAPPING.format(path=path, kind="a single numpy array"))
+                    raise PredictionsError(_NOT_A_MAPPING.format(path=path, kind="a single numpy array"))
                 with loaded as archive:
                     return {key: archive[key] for key in archive.files}
         with warnings.catch_warnings():
@@ -464,7 +464,7 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
     except PredictionsError:
         raise
     except pickle.UnpicklingError as error:
-        raise PredictionsError(FILE_UNREADABLE.format(path=path, error=PICKLE_REFUSED)) from error
+        raise PredictionsError(FILE_UNREADABLE.format(path=path, error=_PICKLE_REFUSED)) from error
     except Exception as error:  # corrupt archives raise anything from zipfile, pickle, numpy or torch
         raise PredictionsError(
             FILE_UNREADABLE.format(
@@ -472,7 +472,7 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
             )
         ) from error
     if not isinstance(content, dict):
-        raise PredictionsError(NOT_A_MAPPING.format(path=path, kind=type(content).__name__))
+        raise PredictionsError(_NOT_A_MAPPING.format(path=path, kind=type(content).__name__))
     return content
 
 
@@ -539,7 +539,7 @@ def _read_csv(path: Path, max_classes: int) -> PredictionsFile:
     for line, row in enumerate(body, start=2):
         if len(row) != len(header):
             raise PredictionsError(
-                ROW_LENGTH.format(path=path, line=line, actual=len(row), expected=len(header))
+                _ROW_LENGTH.format(path=path, line=line, actual=len(row), expected=len(header))
             )
     cells = np.array(body, dtype=str)
     try:
@@ -584,7 +584,7 @@ def read_predictions(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES
     max_classes = _check_max_classes(max_classes)
     path = Path(path)
     if os.path.isdir(path):
-        raise PredictionsError(NOT_A_FILE.format(path=path))
+        raise PredictionsError(_NOT_A_FILE.format(path=path))
     if not os.path.isfile(path):  # os.path: False (not an error) for a NUL byte or a too-long name
         raise PredictionsError(FILE_NOT_FOUND.format(path=path))
     if path.suffix not in _SUFFIXES:
@@ -701,11 +701,11 @@ def load_predictions(
     """
     max_classes = _check_max_classes(max_classes)
     if not specs:
-        raise PredictionsError(NO_FILES)
+        raise PredictionsError(_NO_FILES)
     if class_names is not None and len(class_names) > max_classes:
         count = len(class_names)
         raise PredictionsError(
-            GIVEN_NAMES_ABOVE_LIMIT.format(
+            _GIVEN_NAMES_ABOVE_LIMIT.format(
                 count=count, limit=max_classes, size=format_bytes(confusion_bytes(count))
             )
         )

@@ -34,16 +34,16 @@ from mr2.rundir.record import FIELD_INVALID, Matrix, PerClass
 
 __all__ = ["RunRecord", "check_comparable", "first_difference", "load_run", "load_runs"]
 
-CONFIG_NOT_MAPPING = "config.yaml in {path} must hold a mapping of settings, got {kind}"
+_CONFIG_NOT_MAPPING = "config.yaml in {path} must hold a mapping of settings, got {kind}"
 SAMPLE_COUNT_MISMATCH = (
     "final.json in {path}: num_samples is {num_samples} but the confusion matrix counts {counted}; "
     "the file is inconsistent, re-run the final evaluation"
 )
-METRICS_LINE_INVALID = (
+_METRICS_LINE_INVALID = (
     "metrics.jsonl in {path}, line {line}: not a JSON object ({error}); the file is corrupt: "
     "restore it or remove the line"
 )
-NO_RUNS = "no run directory given; pass at least one directory written by `mr2 train`"
+_NO_RUNS = "no run directory given; pass at least one directory written by `mr2 train`"
 DATASET_MISMATCH = (
     "runs come from different data sets: {first} is {first_value!r} but {other} is "
     "{other_value!r}; report runs of one data set at a time"
@@ -172,11 +172,11 @@ def _read_metrics(files: RunDirectory) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise RunDirectoryError(
-                METRICS_LINE_INVALID.format(path=files.path, line=number, error=error)
+                _METRICS_LINE_INVALID.format(path=files.path, line=number, error=error)
             ) from error
         if not isinstance(record, dict):
             raise RunDirectoryError(
-                METRICS_LINE_INVALID.format(path=files.path, line=number, error=type(record).__name__)
+                _METRICS_LINE_INVALID.format(path=files.path, line=number, error=type(record).__name__)
             )
         records.append(record)
     return records
@@ -204,7 +204,7 @@ def load_run(path: str | Path) -> RunRecord:
             FILE_UNREADABLE.format(file=files.config_file.name, path=path, error=error)
         ) from error
     if not isinstance(config, dict):
-        raise RunDirectoryError(CONFIG_NOT_MAPPING.format(path=path, kind=type(config).__name__))
+        raise RunDirectoryError(_CONFIG_NOT_MAPPING.format(path=path, kind=type(config).__name__))
     record = files.read_final()
     confusion = _confusion(path, record.confusion_matrix, "confusion_matrix")
     if record.num_samples is not None and record.num_samples != int(confusion.sum()):
@@ -264,7 +264,7 @@ def check_comparable(runs: Sequence[RunRecord]) -> None:
             per-class test counts, or a repeated (method, seed) or run name.
     """
     if not runs:
-        raise RunDirectoryError(NO_RUNS)
+        raise RunDirectoryError(_NO_RUNS)
     first = runs[0]
     seen: dict[tuple[str, int | None], RunRecord] = {}
     names: dict[str, RunRecord] = {}

@@ -41,13 +41,13 @@ NUM_TIERS_INVALID = (
     "num_tiers must be an integer between 1 and the number of ranked classes ({num_ranked}), "
     "got {num_tiers}"
 )
-TIER_NAMES_MISMATCH = "got {num_names} tier names for {num_tiers} tiers; pass one name per tier"
-ACCURACY_NOT_1D = "accuracy must be a 1-D array of per-class accuracies, got shape {shape}"
+_TIER_NAMES_MISMATCH = "got {num_names} tier names for {num_tiers} tiers; pass one name per tier"
+_ACCURACY_NOT_1D = "accuracy must be a 1-D array of per-class accuracies, got shape {shape}"
 ASSIGNMENT_MISMATCH = (
     "per-class accuracy has {actual} classes but the tier split was made for {expected}; rank the "
     "tiers on a run of the same data set"
 )
-UNRANKED_CLASSES_WARNING = (
+_UNRANKED_CLASSES_WARNING = (
     "{count} of {total} classes have no reference accuracy (no test sample) and belong to no tier: "
     "class ids {ids}"
 )
@@ -104,7 +104,7 @@ def assign_tiers(accuracy: ArrayLike, num_tiers: int = 3) -> NDArray[np.int64]:
     """
     acc = np.asarray(accuracy, dtype=np.float64)
     if acc.ndim != 1:
-        raise ReportError(ACCURACY_NOT_1D.format(shape=acc.shape))
+        raise ReportError(_ACCURACY_NOT_1D.format(shape=acc.shape))
     ranked = ~np.isnan(acc)
     num_ranked = int(ranked.sum())
     if (
@@ -186,12 +186,12 @@ class TierSplit:
         tier_names = tuple(names) if names is not None else default_tier_names(int(num_tiers))
         if len(tier_names) != num_tiers:
             raise ReportError(
-                TIER_NAMES_MISMATCH.format(num_names=len(tier_names), num_tiers=num_tiers)
+                _TIER_NAMES_MISMATCH.format(num_names=len(tier_names), num_tiers=num_tiers)
             )
         unranked = np.flatnonzero(assignment < 0)
         if unranked.size:
             warnings.warn(
-                UNRANKED_CLASSES_WARNING.format(
+                _UNRANKED_CLASSES_WARNING.format(
                     count=unranked.size, total=acc.size, ids=_format_ids(unranked)
                 ),
                 MissingClassWarning,

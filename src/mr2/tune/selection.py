@@ -107,7 +107,7 @@ _SCORE_NAMES = {
     "overall": "validation overall accuracy",
 }
 
-NO_VALIDATION = (
+_NO_VALIDATION = (
     "{file} has no validation results, so the candidates cannot be compared on validation; train with "
     "data.val_fraction > 0"
 )
@@ -115,7 +115,7 @@ TOO_FEW_REFERENCE_SEEDS = (
     "the rule needs ERM's seed standard error, but only {count} ERM run(s) finished (at least 2 "
     "needed); see the failed runs above"
 )
-CLASS_COUNT_MISMATCH = "run {run} has {actual} classes on validation, ERM's runs have {expected}"
+_CLASS_COUNT_MISMATCH = "run {run} has {actual} classes on validation, ERM's runs have {expected}"
 UNKNOWN_CRITERION = "unknown criterion {value!r}; choose one of: {choices}"
 UNKNOWN_TIER_RULE = "unknown tier rule {value!r}; choose one of: {choices}"
 LABELS_DIFFER = (
@@ -292,7 +292,7 @@ def read_validation(run_dir: str | os.PathLike[str]) -> ValidationFigures:
     record = directory.read_final()
     validation = record.validation
     if validation is None or validation.per_class_accuracy is None:
-        raise TuneSelectionError(NO_VALIDATION.format(file=directory.final))
+        raise TuneSelectionError(_NO_VALIDATION.format(file=directory.final))
     overall = validation.overall_accuracy
     return ValidationFigures(
         run=directory.path.name,
@@ -508,7 +508,7 @@ def _check(runs: Mapping[str, Sequence[ValidationFigures]], reference: str) -> N
         seen: dict[int, str] = {}
         for figures in group:
             if len(figures.per_class_accuracy) != num_classes:
-                raise TuneSelectionError(CLASS_COUNT_MISMATCH.format(
+                raise TuneSelectionError(_CLASS_COUNT_MISMATCH.format(
                     run=figures.run, actual=len(figures.per_class_accuracy), expected=num_classes))
             if figures.seed in seen:
                 raise TuneSelectionError(DUPLICATE_SEED.format(
