@@ -196,6 +196,8 @@ def test_bad_confusion_is_explained(matrix: list[list[float]], constant: str) ->
 def test_bad_arguments_are_explained() -> None:
     with pytest.raises(ReportError, match="method must be 'between_groups' or 'to_overall'"):
         DisparityReport([[1, 0], [0, 1]]).difference("max")
+    with pytest.raises(ReportError, match="method must be 'between_groups' or 'to_overall', got 'max'"):
+        DisparityReport([[1, 0], [0, 1]]).ratio("max")
     with pytest.raises(ReportError, match="got 1 class names for 2 classes"):
         DisparityReport([[1, 0], [0, 1]], class_names=["a"])
     with pytest.raises(ReportError, match=r"bottom_fraction must be in \(0, 1\]"):

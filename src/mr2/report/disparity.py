@@ -52,6 +52,14 @@ _MISSING_CLASSES_WARNING = (
 )
 
 
+def _summary_key(name: str, method: str) -> str:
+    """The summary's key of ``difference`` or ``ratio`` measured by ``method``."""
+    if method == "between_groups":
+        return name
+    if method == "to_overall":
+        return f"{name}_to_overall"
+    raise ReportError(_DIFFERENCE_METHOD_INVALID.format(method=method))
+
 
 class DisparityReport:
     """Class-wise accuracy disparity of one run, in fairlearn MetricFrame's vocabulary.
@@ -171,19 +179,11 @@ class DisparityReport:
 
     def difference(self, method: str = "between_groups") -> float:
         """``max - min`` per-class accuracy, or ``max_k |acc_k - overall|`` for ``"to_overall"``."""
-        if method == "between_groups":
-            return self._summary["difference"]
-        if method == "to_overall":
-            return self._summary["difference_to_overall"]
-        raise ReportError(_DIFFERENCE_METHOD_INVALID.format(method=method))
+        return self._summary[_summary_key("difference", method)]
 
     def ratio(self, method: str = "between_groups") -> float:
         """``min / max`` per-class accuracy, or ``min_k min(acc_k/overall, overall/acc_k)``."""
-        if method == "between_groups":
-            return self._summary["ratio"]
-        if method == "to_overall":
-            return self._summary["ratio_to_overall"]
-        raise ReportError(_DIFFERENCE_METHOD_INVALID.format(method=method))
+        return self._summary[_summary_key("ratio", method)]
 
     def mean_class_accuracy(self) -> float:
         """Unweighted mean of the per-class accuracies (balanced accuracy)."""
