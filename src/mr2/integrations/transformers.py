@@ -40,7 +40,7 @@ with needs_extra("mr2.integrations.transformers", "transformers", "transformers"
 
 from mr2.losses.mr2 import MR2Loss
 from mr2.metrics.classwise_disparity import ClasswiseDisparity
-from mr2.models.feature_capture import HEAD_NOT_CALLED, UNKNOWN_HEAD, find_classifier
+from mr2.models.feature_capture import HEAD_NOT_CALLED, head_module
 from mr2.report.tiers import TierSplit
 
 __all__ = ["ClassifierForTrainer", "DisparityMetrics", "MR2ComputeLoss", "MR2StatisticsCallback"]
@@ -82,13 +82,9 @@ class ClassifierForTrainer(nn.Module):
         super().__init__()
         self.model = model
         self.criterion = criterion
-        self.head_name = head if head is not None else find_classifier(model)
-        modules = dict(model.named_modules())
-        if self.head_name not in modules:
-            shown = ", ".join(repr(name) for name in list(modules)[1:12])
-            raise ValueError(UNKNOWN_HEAD.format(name=self.head_name, names=shown))
+        self.head_name, head_layer = head_module(model, head)
         self._captured: torch.Tensor | None = None
-        modules[self.head_name].register_forward_pre_hook(self._capture)
+        head_layer.register_forward_pre_hook(self._capture)
 
     def _capture(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         self._captured = args[0]

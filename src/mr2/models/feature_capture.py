@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ClassifierWithFeatures", "find_classifier"]
+__all__ = ["ClassifierWithFeatures", "find_classifier", "head_module"]
 
 _NO_LINEAR_HEAD = (
     "could not find the final linear layer of {model}: pass head='<module name>' (e.g. 'fc' for "
@@ -42,6 +42,24 @@ def find_classifier(model: nn.Module) -> str:
     return last
 
 
+def head_module(model: nn.Module, head: str | None = None) -> tuple[str, nn.Module]:
+    """The dotted name and the module of ``model``'s head: ``head``, else :func:`find_classifier`'s.
+
+    Raises:
+        ValueError: ``model`` has no submodule of that name, or (``head`` None) no linear layer.
+
+    Example:
+        >>> head_module(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
+        ('2', Linear(in_features=8, out_features=3, bias=True))
+    """
+    name = head if head is not None else find_classifier(model)
+    modules = dict(model.named_modules())
+    if name not in modules:
+        shown = ", ".join(repr(n) for n in list(modules)[1:12])
+        raise ValueError(UNKNOWN_HEAD.format(name=name, names=shown))
+    return name, modules[name]
+
+
 class ClassifierWithFeatures(nn.Module):
     """Wrap a classifier so that ``forward(x)`` returns ``(logits, features)``.
 
@@ -64,12 +82,7 @@ class ClassifierWithFeatures(nn.Module):
     def __init__(self, model: nn.Module, head: str | None = None) -> None:
         super().__init__()
         self.model = model
-        self.head_name = head if head is not None else find_classifier(model)
-        modules = dict(model.named_modules())
-        if self.head_name not in modules:
-            shown = ", ".join(repr(n) for n in list(modules)[1:12])
-            raise ValueError(UNKNOWN_HEAD.format(name=self.head_name, names=shown))
-        self.head = modules[self.head_name]
+        self.head_name, self.head = head_module(model, head)
         self._captured: torch.Tensor | None = None
         self.head.register_forward_pre_hook(self._capture)
 
