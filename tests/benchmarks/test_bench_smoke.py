@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from helpers import load_script
 
 BENCH_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_mr2_loss.py"
 TINY = (16, 5, 8)  # B, K, d
@@ -17,13 +18,8 @@ TINY = (16, 5, 8)  # B, K, d
 @pytest.fixture(scope="module")
 def bench():
     name = "bench_mr2_loss_under_test"
-    spec = importlib.util.spec_from_file_location(name, BENCH_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file executes
     try:
-        spec.loader.exec_module(module)
-        yield module
+        yield load_script(BENCH_PATH, name)
     finally:
         sys.modules.pop(name, None)
 

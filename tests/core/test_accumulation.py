@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from core.oracles import pooled_statistics
-from core.test_distributed import torchrun
+from helpers import torchrun
 from mr2 import MR2Loss
 from mr2.checks import MR2InputError
 from mr2.statistics.class_features import DEFER_NEEDS_POOLED_L2, ClassFeatureStatistics

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,19 +9,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from helpers import torchrun
 from mr2 import MR2Loss
 
 WORKER = Path(__file__).with_name("ddp_loss_worker.py")
-
-
-def torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 240) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={nproc}", str(script), *args,
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"torchrun failed:\n{done.stdout}\n{done.stderr}"
 
 
 @pytest.mark.distributed

@@ -10,11 +10,6 @@ import numpy as np
 import pytest
 
 from helpers import data_files
-from helpers.data_files import write_cifar as _write_cifar
-from helpers.data_files import write_fashion_mnist as _write_fashion_mnist
-from helpers.data_files import write_image_folder as _write_image_folder
-
-__all__ = ["_write_cifar", "_write_fashion_mnist", "_write_image_folder"]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures of the engine tests: a tiny real data file (tests/helpers.py writes it)."""
+"""Fixtures of the engine tests: a tiny real data file (tests/helpers writes it)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import base_config, write_spread_npz
-
-__all__ = ["base_config", "spread_npz", "write_spread_npz"]
+from helpers import write_spread_npz
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from engine.conftest import base_config, write_spread_npz
+from helpers import base_config, write_spread_npz
 from mr2.cli.main import main
 from mr2.data import errors
 from mr2.data.registry import DATASETS, valid_options

@@ -11,9 +11,9 @@ import textwrap
 
 import yaml
 
+from helpers.sweeps import sweep_dict, write_npz
 from mr2.cli.main import main
 from mr2.sweep.runner import ALL_FAILED, MAIN_GUARD_HINT, ONLY_HEADER
-from sweep.conftest import sweep_dict, write_npz
 
 
 def test_a_script_without_the_main_guard_is_told_about_it(tmp_path):

@@ -15,11 +15,11 @@ import time
 
 import yaml
 
+from helpers.sweeps import sweep_dict, write_npz
 from mr2.rundir import RunDirectory
 from mr2.sweep import plan_sweep, prepare_sweep, run_points, spec_from_dict
 from mr2.sweep.processes import config_path
 from mr2.sweep.runner import FINISHED_ELSEWHERE
-from sweep.conftest import sweep_dict, write_npz
 
 
 def _epochs(run_dir):

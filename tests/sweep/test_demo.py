@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from data.conftest import _write_fashion_mnist
+from helpers.data_files import write_fashion_mnist as _write_fashion_mnist
 from mr2.cli.demo import comparison_table
 from mr2.cli.main import main
 

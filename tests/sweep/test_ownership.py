@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 import mr2
+from helpers.sweeps import sweep_dict, write_npz
 from mr2.rundir import RunDirectory, RunLock
 from mr2.sweep import plan_sweep, run_points, spec_from_dict
 from mr2.sweep.runner import IN_USE
-from sweep.conftest import sweep_dict, write_npz
 
 SRC = str(Path(mr2.__file__).resolve().parent.parent)
 RUNS = ("erm__seed=0", "mr2__seed=0")

@@ -21,7 +21,8 @@ import yaml
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from data.conftest import _write_cifar, _write_image_folder
+from helpers.data_files import write_cifar as _write_cifar
+from helpers.data_files import write_image_folder as _write_image_folder
 from mr2.config import ModelSection, apply_overrides
 from mr2.engine import TrainingSession
 from mr2.engine.loop import train_one_epoch

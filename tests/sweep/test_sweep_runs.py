@@ -10,10 +10,10 @@ import sys
 import pytest
 import yaml
 
+from helpers.sweeps import sweep_dict, write_npz
 from mr2.cli.main import main
 from mr2.engine import TrainingSession
 from mr2.sweep import plan_sweep, prepare_sweep, run_points, run_sweep, spec_from_dict
-from sweep.conftest import sweep_dict, write_npz
 
 
 @pytest.fixture(scope="module")

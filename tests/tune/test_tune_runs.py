@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from helpers.sweeps import write_npz
 from mr2.cli.main import main
 from mr2.config import load_config
 from mr2.config.names import BAD_NAME
@@ -33,7 +34,6 @@ from mr2.tune.run import (
     selection_spec,
 )
 from mr2.tune.selection import choose
-from sweep.conftest import write_npz
 
 #: Fields of final.json that describe the test split (everything but the validation section and the
 #: run's identity).
