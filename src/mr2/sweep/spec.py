@@ -71,33 +71,33 @@ __all__ = [
     "spec_from_dict",
 ]
 
-MISSING_KEY = "the sweep specification needs {path!r} ({what})."
-WRONG_TYPE = "sweep key {path!r} must be {expected}; got {value!r}."
-BASE_BOTH = "give either 'base' (a run configuration mapping) or 'base_config' (a file), not both."
-BASE_INVALID = "the base run configuration is invalid: {error}"
-NO_METHODS = "sweep key 'methods' must map at least one entry label to its settings."
-BAD_LABEL = "method entry label {label!r} must be a non-empty name of letters, digits, '_', '-' or '.'."
-EMPTY_AXIS = "grid axis {path!r} has no values; give at least one."
-RESERVED_KEY = "sweep key {path!r} sets {key!r}, which the sweep itself sets per run (remove it)."
-UNKNOWN_REFERENCE = "reference {reference!r} is not a method entry of the sweep; entries: {labels}."
-DUPLICATE_SEEDS = "sweep key 'seeds' lists a seed twice: {seeds}."
-TOO_MANY_SEEDS = (
+_MISSING_KEY = "the sweep specification needs {path!r} ({what})."
+_WRONG_TYPE = "sweep key {path!r} must be {expected}; got {value!r}."
+_BASE_BOTH = "give either 'base' (a run configuration mapping) or 'base_config' (a file), not both."
+_BASE_INVALID = "the base run configuration is invalid: {error}"
+_NO_METHODS = "sweep key 'methods' must map at least one entry label to its settings."
+_BAD_LABEL = "method entry label {label!r} must be a non-empty name of letters, digits, '_', '-' or '.'."
+_EMPTY_AXIS = "grid axis {path!r} has no values; give at least one."
+_RESERVED_KEY = "sweep key {path!r} sets {key!r}, which the sweep itself sets per run (remove it)."
+_UNKNOWN_REFERENCE = "reference {reference!r} is not a method entry of the sweep; entries: {labels}."
+_DUPLICATE_SEEDS = "sweep key 'seeds' lists a seed twice: {seeds}."
+_TOO_MANY_SEEDS = (
     "sweep key 'seeds' asks for {count} seeds; a sweep has at most {limit} (list fewer seeds, or split "
     "the sweep)"
 )
-TOO_MANY_RUNS = (
+_TOO_MANY_RUNS = (
     "the sweep would plan {count} runs ({settings} settings x {seeds} seed(s)); at most {limit} runs "
     "are allowed: use fewer grid values, seeds or method entries, or split it into several sweeps"
 )
-REQUIRED_UNSET = (
+_REQUIRED_UNSET = (
     "this sweep needs {keys} set in its base configuration; pass {flags} (e.g. to `mr2 sweep "
     "--preset NAME`)"
 )
-TOO_FEW_DEVICES = (
+_TOO_FEW_DEVICES = (
     "sweep key 'devices' lists {count} device(s) but {workers} worker(s) x {per_run} device(s) per "
     "run need {needed}; list more devices or lower 'workers'"
 )
-UNKNOWN_METHOD = "method entry {label!r}: {error}"
+_UNKNOWN_METHOD = "method entry {label!r}: {error}"
 
 #: Most seeds a sweep lists (or counts).
 MAX_SEEDS = 10_000
@@ -229,7 +229,7 @@ class _SweepFile:
 
 
 def _wrong(path: str, expected: str, value: Any) -> SweepSpecError:
-    return SweepSpecError(WRONG_TYPE.format(path=path, expected=expected, value=Shown(value)))
+    return SweepSpecError(_WRONG_TYPE.format(path=path, expected=expected, value=Shown(value)))
 
 
 def _as_sweep_error(error: ConfigError) -> SweepSpecError:
@@ -268,18 +268,18 @@ def _seeds(raw: int | list[Any]) -> list[int]:
     if isinstance(raw, int):
         _at_least(raw, "seeds", 1)
         if raw > MAX_SEEDS:
-            raise SweepSpecError(TOO_MANY_SEEDS.format(count=raw, limit=MAX_SEEDS))
+            raise SweepSpecError(_TOO_MANY_SEEDS.format(count=raw, limit=MAX_SEEDS))
         return list(range(raw))
     if not raw:
         raise _wrong("seeds", "a non-empty list of integers or a count", raw)
     if len(raw) > MAX_SEEDS:
-        raise SweepSpecError(TOO_MANY_SEEDS.format(count=len(raw), limit=MAX_SEEDS))
+        raise SweepSpecError(_TOO_MANY_SEEDS.format(count=len(raw), limit=MAX_SEEDS))
     for i, seed in enumerate(raw):
         if not is_int(seed) or not 0 <= seed <= MAX_SEED:
             raise _wrong(f"seeds[{i}]", f"an integer in [0, {MAX_SEED}]", seed)
     if len(set(raw)) != len(raw):
         twice = sorted(seed for seed, count in collections.Counter(raw).items() if count > 1)
-        raise SweepSpecError(DUPLICATE_SEEDS.format(seeds=shown(twice)[1:-1]))
+        raise SweepSpecError(_DUPLICATE_SEEDS.format(seeds=shown(twice)[1:-1]))
     return list(raw)
 
 
@@ -287,7 +287,7 @@ def _check_size(methods: list[MethodEntry], seeds: list[int]) -> None:
     """At most :data:`MAX_RUNS` planned runs, counted from the axes' lengths (nothing expanded)."""
     settings = sum(math.prod(len(values) for values in entry.axes.values()) for entry in methods)
     if settings * len(seeds) > MAX_RUNS:
-        raise SweepSpecError(TOO_MANY_RUNS.format(count=settings * len(seeds), settings=settings,
+        raise SweepSpecError(_TOO_MANY_RUNS.format(count=settings * len(seeds), settings=settings,
                                                   seeds=len(seeds), limit=MAX_RUNS))
 
 
@@ -300,10 +300,10 @@ def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any]
         if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
             raise _wrong(key_path, "a dotted config key like optim.lr", key)
         if key in _RESERVED:
-            raise SweepSpecError(RESERVED_KEY.format(path=key_path, key=key))
+            raise SweepSpecError(_RESERVED_KEY.format(path=key_path, key=key))
         if isinstance(value, list):
             if not value:
-                raise SweepSpecError(EMPTY_AXIS.format(path=key_path))
+                raise SweepSpecError(_EMPTY_AXIS.format(path=key_path))
             axes[key] = list(value)
         else:
             fixed[key] = value
@@ -316,7 +316,7 @@ def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
 
     if not isinstance(method, str) or method not in available_methods():
         raise SweepSpecError(
-            UNKNOWN_METHOD.format(
+            _UNKNOWN_METHOD.format(
                 label=label,
                 error=f"unknown method {shown(method)}; valid methods: "
                 f"{', '.join(sorted(available_methods()))} "
@@ -329,7 +329,7 @@ def _check_method(label: str, method: Any, fixed: dict[str, Any]) -> None:
             option = key.removeprefix("method.options.").split(".")[0]
             if option not in valid:
                 raise SweepSpecError(
-                    UNKNOWN_METHOD.format(
+                    _UNKNOWN_METHOD.format(
                         label=label,
                         error=f"unknown option {option!r} for method {method!r}; valid options: "
                         f"{sorted(valid)}.",
@@ -347,7 +347,7 @@ def _mapping(value: Any, path: str) -> dict[str, Any]:
 
 def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
     if raw.base is not None and raw.base_config is not None:
-        raise SweepSpecError(BASE_BOTH)
+        raise SweepSpecError(_BASE_BOTH)
     if raw.base_config is not None:
         base_file = Path(raw.base_config).expanduser()
         if not base_file.is_absolute() and source is not None:
@@ -361,7 +361,7 @@ def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
     try:
         config_from_dict(base)  # with its own name, seed and output_dir, checked like any run config
     except ConfigError as error:
-        raise SweepSpecError(BASE_INVALID.format(error=error)) from error
+        raise SweepSpecError(_BASE_INVALID.format(error=error)) from error
     for key in _RESERVED:  # a run configuration names its run, seed and output: the sweep sets them per run
         base.pop(key, None)
     if not isinstance(raw.required, list) or not all(isinstance(k, str) for k in raw.required):
@@ -369,7 +369,7 @@ def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
     unset = [key for key in raw.required if get_dotted(base, key, None) is None]
     if unset:
         raise SweepSpecError(
-            REQUIRED_UNSET.format(keys=", ".join(unset), flags=" ".join(f"--set {key}=..." for key in unset))
+            _REQUIRED_UNSET.format(keys=", ".join(unset), flags=" ".join(f"--set {key}=..." for key in unset))
         )
     return base
 
@@ -380,13 +380,13 @@ def _method_entries(raw: _SweepFile, base: dict[str, Any]) -> list[MethodEntry]:
         key = next(iter(shared_fixed))
         raise _wrong(f"grid.{key}", "a list of values (a grid axis)", shared_fixed[key])
     if raw.methods is None:
-        raise SweepSpecError(MISSING_KEY.format(path="methods", what="entry label -> settings"))
+        raise SweepSpecError(_MISSING_KEY.format(path="methods", what="entry label -> settings"))
     if not raw.methods:
-        raise SweepSpecError(NO_METHODS)
+        raise SweepSpecError(_NO_METHODS)
     methods: list[MethodEntry] = []
     for label, settings in raw.methods.items():
         if not isinstance(label, str) or not label or set(label) - _LABEL_CHARS:
-            raise SweepSpecError(BAD_LABEL.format(label=Shown(label)))
+            raise SweepSpecError(_BAD_LABEL.format(label=Shown(label)))
         fixed, axes = _split_settings(_mapping(settings, f"methods.{label}"), f"methods.{label}")
         if "method.name" in axes:
             raise _wrong(f"methods.{label}.method.name", "one method name", axes["method.name"])
@@ -421,7 +421,7 @@ def _check_devices(raw: _SweepFile) -> None:
     per_run = raw.nproc_per_node or 1
     if len(raw.devices) < raw.workers * per_run:
         needed = raw.workers * per_run
-        raise SweepSpecError(TOO_FEW_DEVICES.format(count=len(raw.devices), workers=raw.workers,
+        raise SweepSpecError(_TOO_FEW_DEVICES.format(count=len(raw.devices), workers=raw.workers,
                                                     per_run=per_run, needed=needed))
 
 
@@ -463,7 +463,7 @@ def spec_from_dict(
     labels = [m.label for m in methods]
     reference = labels[0] if raw.reference is None else raw.reference
     if reference not in labels:
-        raise SweepSpecError(UNKNOWN_REFERENCE.format(reference=reference, labels=", ".join(labels)))
+        raise SweepSpecError(_UNKNOWN_REFERENCE.format(reference=reference, labels=", ".join(labels)))
     if not raw.output_dir:
         raise _wrong("output_dir", "a directory", raw.output_dir)
     _check_report(raw.report)

@@ -25,9 +25,9 @@ from mr2.rundir import RunDirectory
 from mr2.sweep.cluster import read_jobs
 from mr2.sweep.spec import SweepSpec, SweepSpecError, spec_from_dict
 
-__all__ = ["NOT_A_SWEEP", "RunStatus", "load_sweep", "status_table", "sweep_status"]
+__all__ = ["RunStatus", "load_sweep", "status_table", "sweep_status"]
 
-NOT_A_SWEEP = (
+_NOT_A_SWEEP = (
     "{path} is not a sweep directory (no sweep.json written by `mr2 sweep`); give <output_dir>/<name>"
 )
 STATES = ("done", "running", "requeued", "failed", "pending")
@@ -51,9 +51,9 @@ def _saved(sweep_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads((sweep_dir / "sweep.json").read_text())
     except (OSError, ValueError):
-        raise SweepSpecError(NOT_A_SWEEP.format(path=sweep_dir)) from None
+        raise SweepSpecError(_NOT_A_SWEEP.format(path=sweep_dir)) from None
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise SweepSpecError(NOT_A_SWEEP.format(path=sweep_dir))
+        raise SweepSpecError(_NOT_A_SWEEP.format(path=sweep_dir))
     return data
 
 
@@ -63,7 +63,7 @@ def load_sweep(sweep_dir: str | Path) -> SweepSpec:
     directory = Path(sweep_dir)
     data = dict(_saved(directory).get("spec") or {})
     if not data:
-        raise SweepSpecError(NOT_A_SWEEP.format(path=directory))
+        raise SweepSpecError(_NOT_A_SWEEP.format(path=directory))
     data.update(output_dir=str(directory.parent), name=directory.name)
     return spec_from_dict(data)
 

@@ -48,11 +48,11 @@ FULL_MARGIN_SCALES = (0.25, 0.5, 1.0)
 FULL_VARIANTS = (*QUICK_VARIANTS, "additive_margin")
 #: The candidate sets ``--candidates`` accepts.
 CANDIDATE_SETS = ("quick", "full")
-BAD_CANDIDATE_SET = (
+_BAD_CANDIDATE_SET = (
     "unknown candidate set {value!r}; choose quick, full, or a comma-separated list of candidate labels "
     "with erm among them, from: {labels}"
 )
-NEEDS_ENGINE = (
+_NEEDS_ENGINE = (
     "candidate(s) {labels} need mr2's engine (two-stage procedures): they run through mr2 tune --config "
     "only"
 )
@@ -176,8 +176,8 @@ def check_candidate_set(value: str, *, losses_only: bool = False) -> str:
     if "," not in str(value) or unknown or REFERENCE_LABEL not in labels or len(set(labels)) != len(labels):
         engine = [label for label in unknown if label in pool]
         if engine:
-            raise TuneInputError(NEEDS_ENGINE.format(labels=", ".join(engine)))
-        raise TuneInputError(BAD_CANDIDATE_SET.format(value=str(value)[:200], labels=", ".join(allowed)))
+            raise TuneInputError(_NEEDS_ENGINE.format(labels=", ".join(engine)))
+        raise TuneInputError(_BAD_CANDIDATE_SET.format(value=str(value)[:200], labels=", ".join(allowed)))
     return value
 
 

@@ -42,7 +42,7 @@ PLACEHOLDERS = ("loss", "seed", "out")
 OUTPUT_DIR = "output"
 MAX_COMMAND_LENGTH = 10_000
 
-EMPTY_COMMAND = "--command is empty; give the command that trains one trial, e.g. " \
+_EMPTY_COMMAND = "--command is empty; give the command that trains one trial, e.g. " \
     "'python train.py --loss-json {loss} --seed {seed} --out {out}'"
 MISSING_PLACEHOLDER = (
     "--command has no {names}: mr2 substitutes {{loss}} (the loss specification, JSON), {{seed}} and {{out}} "
@@ -53,16 +53,16 @@ UNKNOWN_PLACEHOLDER = (
     "--command has the unknown placeholder {{{name}}}; the placeholders are {{loss}}, {{seed}} and {{out}} "
     "(write a literal brace as {{{{ or }}}})"
 )
-BAD_TEMPLATE = "--command is not a valid template: {error} (write a literal brace as {{{{ or }}}})"
-TOO_LONG = "--command is {length} characters long; at most {maximum}"
+_BAD_TEMPLATE = "--command is not a valid template: {error} (write a literal brace as {{{{ or }}}})"
+_TOO_LONG = "--command is {length} characters long; at most {maximum}"
 EXIT_CODE = "trial {trial}: the command exited with code {code} (log: {log})"
-NOT_STARTED = "trial {trial}: the command could not be started: {error} (log: {log})"
+_NOT_STARTED = "trial {trial}: the command could not be started: {error} (log: {log})"
 NO_PREDICTIONS = (
     "trial {trial}: the command wrote no predictions: {path} is missing; it must write val.npz and "
     "test.npz into {{out}} (log: {log})"
 )
-BAD_PREDICTIONS = "trial {trial}: {error} (log: {log})"
-STOPPED = "trial {trial} was not started: tune is stopping"
+_BAD_PREDICTIONS = "trial {trial}: {error} (log: {log})"
+_STOPPED = "trial {trial} was not started: tune is stopping"
 
 
 def check_command(template: str) -> str:
@@ -76,13 +76,13 @@ def check_command(template: str) -> str:
         'python t.py --loss {loss} --seed {seed} --out {out}'
     """
     if not template.strip():
-        raise TuneInputError(EMPTY_COMMAND)
+        raise TuneInputError(_EMPTY_COMMAND)
     if len(template) > MAX_COMMAND_LENGTH:
-        raise TuneInputError(TOO_LONG.format(length=len(template), maximum=MAX_COMMAND_LENGTH))
+        raise TuneInputError(_TOO_LONG.format(length=len(template), maximum=MAX_COMMAND_LENGTH))
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as error:
-        raise TuneInputError(BAD_TEMPLATE.format(error=error)) from None
+        raise TuneInputError(_BAD_TEMPLATE.format(error=error)) from None
     for name in fields:
         if name not in PLACEHOLDERS:
             raise TuneInputError(UNKNOWN_PLACEHOLDER.format(name=name[:40]))
@@ -161,13 +161,13 @@ class CommandSource:
             handle.flush()
             with _LOCK:
                 if _STOPPING.is_set():
-                    raise TrialError(STOPPED.format(trial=trial.name))
+                    raise TrialError(_STOPPED.format(trial=trial.name))
                 try:
                     process = subprocess.Popen(["/bin/sh", "-c", command], stdout=handle,
                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                                start_new_session=True)
                 except OSError as error:
-                    raise TrialError(NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
+                    raise TrialError(_NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
                 _RUNNING.add(process)
             try:
                 code = process.wait()
@@ -187,7 +187,7 @@ class CommandSource:
             try:
                 item = read_predictions(path, max_classes=max(self.store.num_classes, DEFAULT_MAX_CLASSES))
             except PredictionsError as error:
-                raise TrialError(BAD_PREDICTIONS.format(trial=trial.name, error=error, log=log)) from None
+                raise TrialError(_BAD_PREDICTIONS.format(trial=trial.name, error=error, log=log)) from None
             splits[split] = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
                              else Predictions(item.y_true, y_pred=item.y_pred))
         return TrialPredictions(val=splits["val"], test=splits["test"])
