@@ -66,7 +66,8 @@ def test_jtt_eval_pass_uses_engine_predictions(spread_npz, tmp_path):
     assert session.fit() is not None
 
 
-def test_linear_probe_trains_a_head_on_cached_features(spread_npz, tmp_path):
+def _probe_configs(spread_npz, tmp_path):
+    """Linear-probe run configurations by name: one saved MLP backbone, one feature cache."""
     backbone = build_model(ModelSection(name="mlp", options={"hidden_dims": [24, 10]}), 4, (12,))
     weights = tmp_path / "backbone.pt"
     torch.save(backbone.state_dict(), weights)
@@ -77,6 +78,11 @@ def test_linear_probe_trains_a_head_on_cached_features(spread_npz, tmp_path):
                         cache_dir=str(tmp_path / "cache"), optim={"epochs": 2},
                         model={"name": "mlp", "weights": str(weights), "options": {"hidden_dims": [24, 10]}})
         )
+    return config
+
+
+def test_linear_probe_trains_a_head_on_cached_features(spread_npz, tmp_path):
+    config = _probe_configs(spread_npz, tmp_path)
     first = TrainingSession(config("a"), quiet=True)
     assert first.model.feature_dim == 10 and sum(p.numel() for p in first.model.parameters()) == 10 * 4 + 4
     features = first.data.train.features
@@ -95,16 +101,7 @@ def test_linear_probe_trains_a_head_on_cached_features(spread_npz, tmp_path):
 def test_linear_probe_result_does_not_depend_on_the_feature_cache(spread_npz, tmp_path):
     # A cache miss extracts features (a DataLoader draws from the global generator), a hit does not:
     # the head's initialisation and the shuffling must not see the difference.
-    backbone = build_model(ModelSection(name="mlp", options={"hidden_dims": [24, 10]}), 4, (12,))
-    weights = tmp_path / "backbone.pt"
-    torch.save(backbone.state_dict(), weights)
-
-    def config(name):
-        return config_from_dict(
-            base_config(spread_npz, tmp_path, name=name, regime="linear_probe",
-                        cache_dir=str(tmp_path / "cache"), optim={"epochs": 2},
-                        model={"name": "mlp", "weights": str(weights), "options": {"hidden_dims": [24, 10]}})
-        )
+    config = _probe_configs(spread_npz, tmp_path)
     miss = TrainingSession(config("miss"), quiet=True)
     hit = TrainingSession(config("hit"), quiet=True)  # same seed, features from the cache
     for a, b in zip(miss.model.state_dict().values(), hit.model.state_dict().values(), strict=True):
