@@ -3,9 +3,10 @@
 Reads ``<reports>/<model>-n<N>/runs.csv`` and ``<reports>/<model>-n<N>-<part>/runs.csv`` (the sweep
 reports' per-run tables: tier accuracies with tiers fixed by ERM's validation per-class accuracy; a
 ``-<part>`` directory is a later sweep of the same cell with other methods, e.g. ``-baselines``, which
-carries its own ERM runs), pairs every method's run with ERM's run of the same seed in the same
-report, and writes, per model, cell and method, the mean change against ERM and its 95% t-interval
-over seeds, for the hard and the easy tier:
+carries its own ERM runs; ``-track`` directories, tune's choices outside the defaults run for its
+track record by studies/tune_track/track.py, are not part of the map), pairs every method's run
+with ERM's run of the same seed in the same report, and writes, per model, cell and method, the
+mean change against ERM and its 95% t-interval over seeds, for the hard and the easy tier:
 
     python studies/regimes/regime_map.py docs/benchmarks/regimes
     python studies/regimes/regime_map.py docs/benchmarks/regimes-k100 "glyph benchmark, K = 100"
@@ -35,7 +36,8 @@ CELL = re.compile(r"(?P<model>[a-z]+)-n(?P<n>\d+)(?:-(?P<part>[a-z]+))?$")
 
 def cell_changes(runs_csv: Path) -> dict[str, dict[str, list[float]]]:
     """method -> tier -> paired changes against ERM (points), one per seed present in both."""
-    rows = list(csv.DictReader(runs_csv.open()))
+    with runs_csv.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
     by_seed: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     for row in rows:
         by_seed[row["method"]][row["seed"]] = {t: float(row[f"tier:{t}"]) for t in TIERS}
@@ -61,7 +63,7 @@ def main(reports: Path, data: str = "Fashion-MNIST") -> None:
     table = []
     for runs_csv in sorted(reports.glob("*/runs.csv")):
         match = CELL.match(runs_csv.parent.name)
-        if match is None:
+        if match is None or match["part"] == "track":
             continue
         for method, tiers in cell_changes(runs_csv).items():
             cell = (match["model"], int(match["n"]), method)

@@ -13,6 +13,11 @@ glyph file with --glyphs). The cell's sweep ``base`` becomes the tune's run conf
 invocation) to ``<out>/<CELL>-<SET>/wall_time.json``. A finished tune is resumed (nothing reruns), as with any
 ``mr2 tune``.
 
+    python studies/tune_track/track.py extend CELL LABEL... --out runs/tune-track [--glyphs glyphs.npz]
+
+trains chosen candidates that are not in the cell's regime-map row on the row's seeds 0-4 (with ERM,
+for the pairing), as the protocol says; collect its report into the row's ``<cell>-track`` folder.
+
     python studies/tune_track/track.py summary --out runs/tune-track
 
 prints, per finished tune: the choice, its fresh-seed change against ERM, the best configuration of
@@ -181,6 +186,47 @@ def print_summary(out: Path) -> None:
     print(apply_rule(rows))
 
 
+def track_spec(cell: str, labels: list[str], out: Path, glyphs: Path | None) -> dict[str, Any]:
+    """The sweep that trains tune's candidates LABELS (outside CELL's regime-map row) on the row's
+    seeds 0-4 with ERM, for the pairing: the cell's base configuration unchanged, named
+    ``<cell>-track``, written under ``<out>/extend``."""
+    from mr2.tune.candidates import candidates
+
+    pool = {c.label: c for c in candidates("full") if not c.is_reference}
+    unknown = [label for label in labels if label not in pool]
+    if unknown or not labels:
+        raise SystemExit(f"track.py: {', '.join(unknown) or 'no label'}: give labels of full's non-ERM "
+                         f"candidates: {', '.join(pool)}")
+    spec = yaml.safe_load(cell_spec(cell).read_text())
+    base = yaml.safe_load(run_config(cell, out, glyphs).read_text())  # the base; checks --glyphs
+    base = {key: value for key, value in base.items() if key not in ("name", "output_dir")}
+    description = f"tune's track record: {', '.join(labels)} on {cell}'s row seeds"
+    return {"name": f"{cell}-track", "description": description,
+            "output_dir": str(out / "extend"), "base": base,
+            "methods": {"erm": {}, **{label: pool[label].entry() for label in labels}},
+            "seeds": [0, 1, 2, 3, 4], "reference": "erm", "select_by": spec.get("select_by", "val_accuracy"),
+            "report": spec.get("report", {})}
+
+
+def extend(cell: str, labels: list[str], out: Path, glyphs: Path | None, workers: int) -> int:
+    """Run :func:`track_spec`'s sweep (the protocol's "joins the row"); its report then goes to the
+    row's ``<cell>-track`` folder with studies/glyphs/collect_cell.py (printed at the end)."""
+    spec = track_spec(cell, labels, out, glyphs)
+    path = out / "configs" / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    command = [sys.executable, "-m", "mr2", "sweep", str(path), "--workers", str(workers),
+               "--threads-per-run", "1", "--no-plots"]
+    print(" ".join(command), flush=True)
+    start = time.monotonic()
+    code = subprocess.call(command, env=os.environ.copy())
+    rows = REGIMES_K100 if cell.startswith("glyphs-") else REGIMES
+    target = rows / f"{cell.removeprefix('glyphs-')}-track"
+    print(f"{spec['name']}: exit {code}, {(time.monotonic() - start) / 60:.1f} min; then: python "
+          f"studies/glyphs/collect_cell.py {out / 'extend' / spec['name']} {target.relative_to(ROOT)}",
+          flush=True)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -190,12 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--glyphs", type=Path)
     run.add_argument("--workers", type=int, default=2)
+    ext = sub.add_parser("extend", help="train chosen candidates outside a cell's row on its seeds 0-4")
+    ext.add_argument("cell")
+    ext.add_argument("labels", nargs="+", help="tune's candidate labels, e.g. mr2-distance_1d-c2")
+    ext.add_argument("--out", type=Path, required=True)
+    ext.add_argument("--glyphs", type=Path)
+    ext.add_argument("--workers", type=int, default=2)
     report = sub.add_parser("summary", help="the track-record table and the rule's outcome so far")
     report.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "summary":
         print_summary(args.out)
         return 0
+
+    if args.command == "extend":
+        return extend(args.cell, args.labels, args.out, args.glyphs, args.workers)
 
     config = run_config(args.cell, args.out, args.glyphs)
     name = f"{args.cell}-{args.candidates}"

@@ -1,0 +1,103 @@
+"""studies/tune_track/track.py: the rule that picks tune's default candidate set (as
+docs/benchmarks/tune-track-record.md states it), the regime-map row it reads, and the sweep that puts
+a chosen configuration outside the row on the row's seeds."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import load_script
+from mr2.tune.candidates import candidates
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def track():
+    return load_script(ROOT / "studies" / "tune_track" / "track.py", "track")
+
+
+def _rows(track, regret: dict[str, float], harmed: dict[str, int]) -> list[dict]:
+    """One finished row per (cell, set): every cell of a set has the set's regret; the first
+    ``harmed[set]`` cells of a set harmed the hard tier."""
+    rows = []
+    for candidate_set in track.SETS:
+        for index, cell in enumerate(track.CELLS):
+            rows.append({"cell": cell, "set": candidate_set, "regret": regret[candidate_set],
+                         "harm": index < harmed.get(candidate_set, 0)})
+    return rows
+
+
+@pytest.mark.parametrize(("regret", "harmed", "default"), [
+    ({"quick": 1.00, "full": 0.80}, {}, "quick"),              # within 0.25 of the lowest: the cheaper
+    ({"quick": 1.00, "full": 0.74}, {}, "full"),               # full lower by more than 0.25
+    ({"quick": 0.50, "full": 0.90}, {}, "quick"),              # quick is the lowest itself
+    ({"quick": 1.00, "full": 0.10}, {"full": 1}, "quick"),     # full harms once: only quick qualifies
+    ({"quick": 0.10, "full": 1.00}, {"quick": 1}, "full"),     # quick harms: full is the only one left
+])
+def test_the_rule_takes_the_cheapest_qualifying_set_within_a_quarter_point(track, regret, harmed, default):
+    assert track.apply_rule(_rows(track, regret, harmed)).endswith(f"default: {default}")
+
+
+def test_the_rule_keeps_quick_when_no_set_qualifies_and_waits_for_every_result(track):
+    outcome = track.apply_rule(_rows(track, {"quick": 0.1, "full": 0.2}, {"quick": 2, "full": 1}))
+    assert outcome.endswith("no set qualifies: the default stays quick")
+    assert "quick: mean regret 0.10, harm count 2" in outcome
+    rows = _rows(track, {"quick": 0.1, "full": 0.2}, {})
+    rows[-1]["regret"] = None  # a chosen configuration not yet in its row
+    assert track.apply_rule(rows) == "rule not applied: 1 of 20 (cell, set) results missing"
+
+
+def test_regime_row_is_the_mean_paired_hard_tier_change_and_reads_the_track_folder(track, tmp_path, monkeypatch):
+    """The row of a cell: per method, the mean over 5 seeds of (method - ERM) on the hard tier, in
+    points, from the cell's report and its ``-track`` report; another cell's folder is not read."""
+    hard = {"erm": [0.50, 0.60, 0.55, 0.40, 0.45], "mr2": [0.52, 0.58, 0.60, 0.41, 0.40],
+            "mr2-distance_1d-c2": [0.55, 0.61, 0.55, 0.45, 0.50]}
+    tiers = ("easy", "medium", "hard")
+    for folder, methods in (("mlp-n100", ("erm", "mr2")), ("mlp-n100-track", ("erm", "mr2-distance_1d-c2")),
+                            ("mlp-n1000", ("erm", "mr2-distance_1d-c2"))):
+        (tmp_path / folder).mkdir()
+        with open(tmp_path / folder / "runs.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["run", "method", "seed", "overall", *(f"tier:{t}" for t in tiers)])
+            for method, seed in itertools.product(methods, range(5)):
+                value = hard[method][seed] if folder != "mlp-n1000" else 0.0
+                writer.writerow([f"{method}__seed={seed}", method, seed, 0.7, 0.9, 0.7, value])
+    monkeypatch.setattr(track, "REGIMES", tmp_path)
+    row = track.regime_row("mlp-n100")
+    expected = {m: sum(100 * (a - b) for a, b in zip(hard[m], hard["erm"], strict=True)) / 5 for m in hard}
+    assert row.keys() == expected.keys()
+    for method, value in expected.items():
+        assert row[method] == pytest.approx(value, abs=1e-9)
+
+
+def test_track_spec_trains_the_chosen_candidates_with_erm_on_the_rows_seeds(track, tmp_path):
+    spec = track.track_spec("mlp-n100", ["mr2-distance_1d-c2", "mr2-additive_margin-m0.25"], tmp_path, None)
+    cell = yaml.safe_load((ROOT / "studies" / "regimes" / "mlp-n100.yaml").read_text())
+    pool = {c.label: c for c in candidates("full")}
+    assert spec["base"] == cell["base"]
+    assert spec["seeds"] == [0, 1, 2, 3, 4] and spec["reference"] == "erm"
+    assert spec["methods"] == {"erm": {}, "mr2-distance_1d-c2": pool["mr2-distance_1d-c2"].entry(),
+                               "mr2-additive_margin-m0.25": pool["mr2-additive_margin-m0.25"].entry()}
+    assert spec["methods"]["mr2-distance_1d-c2"]["method.options.c_bar"] == 2.0
+    assert spec["name"] == "mlp-n100-track" and spec["output_dir"] == str(tmp_path / "extend")
+    glyphs = tmp_path / "glyphs.npz"
+    glyph_spec = track.track_spec("glyphs-cnn-n100", ["supcon"], tmp_path, glyphs)
+    assert glyph_spec["base"]["data"]["root"] == str(glyphs.resolve())
+
+
+@pytest.mark.parametrize(("cell", "labels", "glyphs", "message"), [
+    ("mlp-n100", ["erm"], None, "erm: give labels of full's non-ERM candidates"),
+    ("mlp-n100", ["mr2-paper-c3"], None, "mr2-paper-c3: give labels"),
+    ("mlp-n100", [], None, "no label: give labels"),
+    ("mlp-n7", ["supcon"], None, "unknown cell 'mlp-n7'"),
+    ("glyphs-mlp-n100", ["supcon"], None, "a glyph cell needs --glyphs FILE"),
+])
+def test_track_spec_refuses_what_it_cannot_train(track, tmp_path, cell, labels, glyphs, message):
+    with pytest.raises(SystemExit, match=message):
+        track.track_spec(cell, labels, tmp_path, glyphs)
