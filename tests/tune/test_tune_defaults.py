@@ -13,9 +13,12 @@ import yaml
 
 from helpers import write_spread_npz
 from mr2.cli.main import main
+from mr2.cli.tune import DEFAULT_CANDIDATES
 from mr2.config import load_config
 from mr2.sweep.processes import default_threads, default_workers
 from mr2.sweep.progress import format_duration
+from mr2.tune import trial_tune
+from mr2.tune.candidates import CANDIDATE_SETS, DEFAULT_CANDIDATE_SET, candidates
 from mr2.tune.estimate import NO_ESTIMATE_COMMAND, measure_step
 from mr2.tune.run import make_request, selection_spec
 
@@ -40,14 +43,30 @@ def test_the_rule_is_one_worker_per_core_or_gpu_never_more_than_the_runs() -> No
     assert default_workers(0, cores=4) == 1
 
 
+def test_every_entry_point_defaults_to_the_one_candidate_set() -> None:
+    """``mr2 tune`` (both sources), run_tune's request and mr2.tune.tune share one default set."""
+    import inspect
+
+    from mr2.cli.main import build_parser
+
+    assert DEFAULT_CANDIDATE_SET in CANDIDATE_SETS
+    assert DEFAULT_CANDIDATES == DEFAULT_CANDIDATE_SET
+    args = build_parser().parse_args(["tune", "--config", "x.yaml"])
+    assert args.candidates == DEFAULT_CANDIDATE_SET
+    assert inspect.signature(make_request).parameters["candidate_set"].default == DEFAULT_CANDIDATE_SET
+    for function in (trial_tune.tune, trial_tune.make_trial_request):
+        assert inspect.signature(function).parameters["candidates"].default == DEFAULT_CANDIDATE_SET
+
+
 def test_tune_defaults_to_one_worker_per_core_with_one_thread_each(tmp_path: Path) -> None:
     config = load_config(_config(tmp_path))
-    request = make_request(config, name="t", seeds=3)  # quick: 4 candidates x 3 seeds = 12 runs
+    request = make_request(config, name="t", seeds=3)  # the default set's candidates x 3 seeds
+    runs = len(candidates(DEFAULT_CANDIDATE_SET)) * 3
     cores = len(os.sched_getaffinity(0))
-    assert request.workers == min(cores, 12)
+    assert request.workers == min(cores, runs)
     assert selection_spec(request).workers == request.workers
     if "OMP_NUM_THREADS" not in os.environ:
-        assert default_threads(request.workers) == max(1, cores // min(cores, 12))
+        assert default_threads(request.workers) == max(1, cores // min(cores, runs))
     assert make_request(config, name="t", workers=3).workers == 3  # a given count is kept
 
 

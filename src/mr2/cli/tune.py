@@ -24,6 +24,9 @@ from typing import Any
 
 EXIT_FAILED_RUNS = 1
 EXIT_BAD_INPUT = 2
+#: ``--candidates``' default: mr2.tune.candidates.DEFAULT_CANDIDATE_SET, spelled out so that parsing
+#: arguments imports nothing heavy (tests/tune check that the two agree).
+DEFAULT_CANDIDATES = "quick"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confirm-seeds", default="3", metavar="M|S,S,...",
                         help="fresh confirmation seeds: a count (after the selection seeds) or a list "
                         "disjoint from them (default 3)")
-    parser.add_argument("--candidates", default="quick", metavar="quick|full",
-                        help="quick: paper, logit_only, distance_1d at c_bar 1; full: every variant at "
-                        "c_bar 0.5, 1, 2 (default quick)")
+    parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full",
+                        help="quick: ERM and MR2's paper, logit_only, distance_1d at c_bar 1 (4); full: ERM, "
+                        "every variant at 3 c_bar or margin values and 5 baselines (18; docs/tune.md) "
+                        f"(default {DEFAULT_CANDIDATES})")
     parser.add_argument("--criterion", default="hard_tier", metavar="hard_tier|worst_class|overall",
                         help="validation figure the candidates are compared by (default hard_tier)")
     parser.add_argument("--workers", type=int, metavar="W",

@@ -1,8 +1,9 @@
 """The configurations ``mr2 tune`` compares: ERM and MR2 variants over ``c_bar``, as sweep entries.
 
 ``quick``: ERM and the MR2 variants ``paper``, ``logit_only`` and ``distance_1d`` at ``c_bar = 1``
-(4 candidates). ``full``: ERM, every variant of :data:`FULL_VARIANTS` at ``c_bar`` in {0.5, 1, 2},
-and the baselines of :data:`FULL_BASELINES` at their documented defaults (16 candidates). A
+(4 candidates). ``full``: ERM, those three variants at ``c_bar`` in {0.5, 1, 2}, ``additive_margin``
+at ``margin_scale`` in {0.25, 0.5, 1}, and the baselines of :data:`FULL_BASELINES` at their
+documented defaults (18 candidates). :data:`DEFAULT_CANDIDATE_SET` is used when none is given. A
 candidate is a plain method entry of a sweep (:mod:`mr2.sweep`); nothing here runs.
 """
 
@@ -17,6 +18,7 @@ from mr2.tune.loss_spec import FEATURE_METHODS, LOSS_METHODS, SpecLoss, loss_fro
 
 __all__ = [
     "CANDIDATE_SETS",
+    "DEFAULT_CANDIDATE_SET",
     "FULL_BASELINES",
     "FULL_C_BARS",
     "FULL_MARGIN_SCALES",
@@ -48,6 +50,9 @@ FULL_MARGIN_SCALES = (0.25, 0.5, 1.0)
 FULL_VARIANTS = (*QUICK_VARIANTS, "additive_margin")
 #: The candidate sets ``--candidates`` accepts.
 CANDIDATE_SETS = ("quick", "full")
+#: The set ``mr2 tune`` and :func:`mr2.tune.tune` use when none is given: the one the rule of
+#: docs/benchmarks/tune-track-record.md chooses (docs/tune.md, "Which set is the default").
+DEFAULT_CANDIDATE_SET = "quick"
 _BAD_CANDIDATE_SET = (
     "unknown candidate set {value!r}; choose quick, full, or a comma-separated list of candidate labels "
     "with erm among them, from: {labels}"

@@ -36,7 +36,13 @@ from mr2.sweep import SweepResult, SweepSpec, plan_sweep, run_sweep, spec_from_d
 from mr2.sweep.launcher import launcher_from_dict
 from mr2.sweep.plan import RunPoint
 from mr2.sweep.processes import default_workers
-from mr2.tune.candidates import REFERENCE_LABEL, Candidate, candidates, check_candidate_set
+from mr2.tune.candidates import (
+    DEFAULT_CANDIDATE_SET,
+    REFERENCE_LABEL,
+    Candidate,
+    candidates,
+    check_candidate_set,
+)
 from mr2.tune.errors import TuneInputError
 from mr2.tune.selection import (
     CRITERIA,
@@ -131,7 +137,7 @@ class TuneRequest:
     output_dir: str
     seeds: list[int]
     confirm_seeds: list[int]
-    candidate_set: str = "quick"
+    candidate_set: str = DEFAULT_CANDIDATE_SET
     criterion: str = "hard_tier"
     workers: int = 1
     threads_per_run: int | None = None
@@ -184,7 +190,7 @@ def make_request(
     output_dir: str | None = None,
     seeds: str | int | None = None,
     confirm_seeds: str | int | None = None,
-    candidate_set: str = "quick",
+    candidate_set: str = DEFAULT_CANDIDATE_SET,
     criterion: str = "hard_tier",
     workers: int | None = None,
     threads_per_run: int | None = None,

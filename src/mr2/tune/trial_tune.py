@@ -38,7 +38,14 @@ from mr2.report.run_dir import RunRecord
 from mr2.report.settings import ReportSettings
 from mr2.report.tables import comparison_markdown
 from mr2.report.writer import ReportOutput, write_report
-from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates, check_candidate_set
+from mr2.tune.candidates import (
+    CANDIDATE_SETS,
+    DEFAULT_CANDIDATE_SET,
+    REFERENCE_LABEL,
+    Candidate,
+    candidates,
+    check_candidate_set,
+)
 from mr2.tune.errors import TuneInputError
 from mr2.tune.loss_spec import parse_loss_spec
 from mr2.tune.run import (
@@ -162,7 +169,7 @@ def _class_names(value: Sequence[str] | None, num_classes: int) -> list[str] | N
 def make_trial_request(
     *,
     num_classes: int,
-    candidates: str | Sequence[Candidate] = "quick",
+    candidates: str | Sequence[Candidate] = DEFAULT_CANDIDATE_SET,
     seeds: int | str | Sequence[int] = 3,
     confirm_seeds: int | str | Sequence[int] = 3,
     criterion: str = "hard_tier",
@@ -399,7 +406,7 @@ def tune(
     train_fn: Callable[[Candidate, int], TrialPredictions],
     *,
     num_classes: int,
-    candidates: str | Sequence[Candidate] = "quick",
+    candidates: str | Sequence[Candidate] = DEFAULT_CANDIDATE_SET,
     seeds: int | str | Sequence[int] = 3,
     confirm_seeds: int | str | Sequence[int] = 3,
     criterion: str = "hard_tier",
