@@ -96,12 +96,15 @@ def regime_row(cell: str) -> dict[str, float]:
 
     Reads every report of the cell (``<cell>``, ``<cell>-baselines``, and ``<cell>-track``: tune's
     configurations that are not in the row, run on seeds 0-4); the first report measuring a method
-    counts, as in studies/regimes/regime_map.py."""
+    counts, as in studies/regimes/regime_map.py. Empty (no row, no best in hindsight) until the
+    cell's own report is collected."""
     sys.path.insert(0, str(ROOT / "studies" / "regimes"))
     from regime_map import cell_changes
 
     glyphs = cell.startswith("glyphs-")
     base, name = (REGIMES_K100, cell.removeprefix("glyphs-")) if glyphs else (REGIMES, cell)
+    if not (base / name / "runs.csv").is_file():
+        return {}
     row: dict[str, float] = {"erm": 0.0}
     for report in sorted(base.glob(f"{name}*/runs.csv")):
         if report.parent.name not in (name, f"{name}-baselines", f"{name}-track"):
@@ -130,7 +133,7 @@ def summary(out: Path) -> list[dict[str, Any]]:
             overall_mean, overall_ci = _mean_ci(overall) if overall else (0.0, math.nan)
             method = "erm" if label == "erm" else IN_ROW.get(label, label)
             chosen = row.get(method)
-            best_method = max(row, key=lambda m: row[m])
+            best_method = max(row, key=lambda m: row[m]) if row else None
             walls = json.loads((out / f"{cell}-{candidate_set}" / "wall_time.json").read_text()) \
                 if (out / f"{cell}-{candidate_set}" / "wall_time.json").is_file() else []
             rows.append({
@@ -139,8 +142,9 @@ def summary(out: Path) -> list[dict[str, Any]]:
                 "fresh_hard": hard_mean, "fresh_hard_ci95": hard_ci,
                 "fresh_overall": overall_mean, "fresh_overall_ci95": overall_ci,
                 "harm": label != "erm" and hard_ci == hard_ci and hard_mean + hard_ci < 0,
-                "best_in_hindsight": best_method, "best_change": row[best_method],
-                "chosen_change": chosen, "regret": None if chosen is None else row[best_method] - chosen,
+                "best_in_hindsight": best_method, "best_change": row.get(best_method),
+                "chosen_change": chosen,
+                "regret": None if chosen is None or best_method is None else row[best_method] - chosen,
                 "wall_min": round(sum(w["wall_s"] for w in walls) / 60, 1),
                 "commit": record.get("git_commit"),
             })
@@ -176,10 +180,13 @@ def print_summary(out: Path) -> None:
           "(hard, seeds 0-4) | chosen's change | regret | wall (min) |")
     print("|---|---|---|---|---:|---:|---|---:|---:|---:|")
     for r in rows:
-        regret = "not in the row yet" if r["regret"] is None else format(r["regret"], ".2f")
+        best = "no row yet" if r["best_in_hindsight"] is None else \
+            f"{r['best_in_hindsight']} ({_fmt(r['best_change'])})"
+        regret = format(r["regret"], ".2f") if r["regret"] is not None else \
+            "no row yet" if r["best_in_hindsight"] is None else "not in the row yet"
         cells = [r["cell"], r["set"], r["choice"], r["outcome"],
                  f"{_fmt(r['fresh_hard'])} ± {_fmt(r['fresh_hard_ci95']).lstrip('+')}",
-                 _fmt(r["fresh_overall"]), f"{r['best_in_hindsight']} ({_fmt(r['best_change'])})",
+                 _fmt(r["fresh_overall"]), best,
                  _fmt(r["chosen_change"]), regret, str(r["wall_min"])]
         print("| " + " | ".join(cells) + " |")
     print()

@@ -101,3 +101,17 @@ def test_track_spec_trains_the_chosen_candidates_with_erm_on_the_rows_seeds(trac
 def test_track_spec_refuses_what_it_cannot_train(track, tmp_path, cell, labels, glyphs, message):
     with pytest.raises(SystemExit, match=message):
         track.track_spec(cell, labels, tmp_path, glyphs)
+
+
+def test_a_cell_without_its_regime_map_row_has_no_regret_even_when_tune_kept_erm(track, tmp_path, monkeypatch):
+    """Before the cell's sweep is collected there is no row: no best in hindsight, no regret (not a
+    regret of 0 for an ERM choice), and the rule waits."""
+    monkeypatch.setattr(track, "REGIMES_K100", tmp_path / "rows")
+    assert track.regime_row("glyphs-mlp-n300") == {}
+    tune = tmp_path / "tunes" / "glyphs-mlp-n300-quick"
+    tune.mkdir(parents=True)
+    (tune / "recommendation.json").write_text('{"recommendation_is_erm": true, "label": "erm"}')
+    (row,) = track.summary(tmp_path / "tunes")
+    assert row["cell"] == "glyphs-mlp-n300" and row["choice"] == "erm"
+    assert row["regret"] is None and row["best_in_hindsight"] is None and row["chosen_change"] is None
+    assert "results missing" in track.apply_rule([row])
