@@ -50,10 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confirm-seeds", default="3", metavar="M|S,S,...",
                         help="fresh confirmation seeds: a count (after the selection seeds) or a list "
                         "disjoint from them (default 3)")
-    parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full",
+    parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full|LABEL,LABEL,..",
                         help="quick: ERM and MR2's paper, logit_only, distance_1d at c_bar 1 (4); full: ERM, "
-                        "every variant at 3 c_bar or margin values and 5 baselines (18; docs/tune.md) "
-                        f"(default {DEFAULT_CANDIDATES})")
+                        "every variant at 3 c_bar or margin values and 5 baselines (18; docs/tune.md); or "
+                        f"labels of full's candidates, erm among them (default {DEFAULT_CANDIDATES})")
     parser.add_argument("--criterion", default="hard_tier", metavar="hard_tier|worst_class|overall",
                         help="validation figure the candidates are compared by (default hard_tier)")
     parser.add_argument("--workers", type=int, metavar="W",
