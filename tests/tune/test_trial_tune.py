@@ -51,7 +51,7 @@ def _expected_choice(seeds: list[int]):
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     out = tmp_path_factory.mktemp("trials")
-    result = tune(simulated, num_classes=K, seeds=3, confirm_seeds=3, output_dir=out, name="sim",
+    result = tune(simulated, num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=out, name="sim",
                   class_names=[f"c{k}" for k in range(K)], stream=io.StringIO())
     return out, result
 
@@ -108,7 +108,7 @@ def test_test_predictions_of_selection_trials_cannot_change_the_choice_and_a_rer
         calls.append((candidate.label, seed))
         return simulated(candidate, seed)
 
-    tune(counting, num_classes=K, seeds=3, confirm_seeds=3, output_dir=out, name="sim",
+    tune(counting, num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=out, name="sim",
          class_names=[f"c{k}" for k in range(K)])
     assert calls == []  # every trial reused
     assert (directory / "recommendation.json").read_text() == before
@@ -126,14 +126,14 @@ def test_an_interrupted_tune_resumes_and_an_executor_runs_the_trials(tmp_path):
         return simulated(candidate, seed)
 
     with pytest.raises(TrialError) as caught:
-        tune(failing_late, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
+        tune(failing_late, num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
              stream=io.StringIO())
     assert str(caught.value) == "trial selection/mr2-logit_only-c1@0 failed: RuntimeError: out of memory"
     assert len(list((tmp_path / "t" / "trials" / "selection").glob("*/seed=*/trial.json"))) == 4
     calls.clear()
     interrupted[0] = False
     with ThreadPoolExecutor(2) as pool:
-        result = tune(failing_late, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
+        result = tune(failing_late, num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
                       executor=pool, stream=io.StringIO())
     assert sorted(calls[:4]) == sorted([("mr2-logit_only-c1", 0), ("mr2-logit_only-c1", 1),
                                         ("mr2-distance_1d-c1", 0), ("mr2-distance_1d-c1", 1)])
@@ -178,7 +178,7 @@ def _split(y, **kwargs):
 )
 def test_a_bad_return_of_the_first_trial_is_one_line_and_writes_nothing(tmp_path, make, message):
     with pytest.raises(TrialError) as caught:
-        tune(_returning(make), num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path / "out", name="t",
+        tune(_returning(make), num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path / "out", name="t",
              stream=io.StringIO())
     assert message in str(caught.value) and "\n" not in str(caught.value)
     assert not (tmp_path / "out" / "t" / "trials").exists()
@@ -192,7 +192,7 @@ def test_y_true_differing_between_trials_names_both_trials(tmp_path):
         return result
 
     with pytest.raises(TrialError) as caught:
-        tune(shuffled, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
+        tune(shuffled, num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
              stream=io.StringIO())
     differ = int((Y_TEST[::-1] != Y_TEST).sum())
     assert str(caught.value) == Y_TRUE_DIFFERS.format(trial="selection/mr2-paper-c1@1", split="test",

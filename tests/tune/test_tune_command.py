@@ -26,8 +26,8 @@ K = 6
 
 
 def _args(out: Path, *extra: str, command: str = COMMAND) -> list[str]:
-    return ["tune", "--command", command, "--num-classes", str(K), "--seeds", "2", "--confirm-seeds", "2",
-            "--output-dir", str(out), "--name", "c", *extra]
+    return ["tune", "--command", command, "--num-classes", str(K), "--candidates", "quick", "--seeds", "2",
+            "--confirm-seeds", "2", "--output-dir", str(out), "--name", "c", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,8 @@ def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(comm
     log = out / "c" / "trials" / "selection" / "erm" / "seed=1" / "train.log"
     assert "--seed 1" in log.read_text().splitlines()[0] and "training erm seed 1" in log.read_text()
     # The Python API on the same simulated trials: the same selection record.
-    python = tune(simulated, num_classes=K, seeds=2, confirm_seeds=2, output_dir=tmp_path, name="c")
+    python = tune(simulated, num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path,
+                  name="c")
     assert python.record["selection"] == record["selection"]
     assert python.record["verdict"] == record["verdict"]
 
@@ -197,7 +198,7 @@ def test_sigterm_stops_the_running_commands(tmp_path, workers):
 
     command = ": {loss} {seed}; echo $$ > {out}/pid; exec sleep 600"
     process = subprocess.Popen([sys.executable, "-m", "mr2", "tune", "--command", command, "--num-classes", "3",
-                                "--seeds", "2", "--confirm-seeds", "2", "--output-dir", str(tmp_path), "--name", "s",
+                                "--candidates", "quick", "--seeds", "2", "--confirm-seeds", "2", "--output-dir", str(tmp_path), "--name", "s",
                                 "--workers", workers],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pid_file = tmp_path / "s" / "trials" / "selection" / "erm" / "seed=0" / "output" / "pid"

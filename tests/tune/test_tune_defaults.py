@@ -73,7 +73,7 @@ def test_tune_defaults_to_one_worker_per_core_with_one_thread_each(tmp_path: Pat
 def test_dry_run_prints_a_measured_time_estimate_and_writes_nothing(tmp_path: Path, capsys) -> None:
     config = _config(tmp_path)
     out = tmp_path / "out"
-    assert main(["tune", "--config", str(config), "--workers", "2", "--threads-per-run", "1",
+    assert main(["tune", "--config", str(config), "--candidates", "quick", "--workers", "2", "--threads-per-run", "1",
                  "--output-dir", str(out), "--dry-run"]) == 0
     printed = capsys.readouterr().out
     lines = [line for line in printed.splitlines() if line.startswith("time estimate: ")]

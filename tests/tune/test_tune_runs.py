@@ -72,8 +72,8 @@ def _groups(request) -> dict[str, list[Path]]:
 def tuned(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tune")
     config = _config(tmp)
-    args = ["tune", "--config", str(config), "--seeds", "3", "--confirm-seeds", "3", "--workers", "2",
-            "--output-dir", str(tmp / "out"), "--name", "t"]
+    args = ["tune", "--config", str(config), "--candidates", "quick", "--seeds", "3", "--confirm-seeds", "3",
+            "--workers", "2", "--output-dir", str(tmp / "out"), "--name", "t"]
     return tmp, config, args
 
 
@@ -88,7 +88,7 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     assert out.index("Rule: ") < out.index("== selection") < out.rindex("Rule: ")
     assert rule.split()[0] in out
     # The choice, recomputed from the validation sections, is the recorded one.
-    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"))
+    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"), candidate_set="quick")
     choice = _chosen(request)
     assert record["selection"]["recommended"] == choice.recommended == record["label"]
     assert record["selection"]["candidates"] == [s.to_dict() for s in choice.scores]
@@ -131,7 +131,7 @@ def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tune
     tmp, config, args = tuned
     directory = tmp / "out" / "t"
     before = (directory / "recommendation.json").read_text()
-    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"))
+    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"), candidate_set="quick")
     groups = _groups(request)
     choice = _chosen(request).to_dict()
     # Corrupt every test field of every selection run: make one candidate perfect on test and every
@@ -206,14 +206,15 @@ def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_pa
 
     config = _config(tmp_path)
     out_dir = tmp_path / "out"
-    code = main(["tune", "--config", str(config), "--seeds", "2", "--confirm-seeds", "2", "--threads-per-run", "1",
-                 "--output-dir", str(out_dir), "--name", "t", "--launcher", "slurm",
+    code = main(["tune", "--config", str(config), "--candidates", "quick", "--seeds", "2", "--confirm-seeds", "2",
+                 "--threads-per-run", "1", "--output-dir", str(out_dir), "--name", "t", "--launcher", "slurm",
                  "--launcher-option", "executor=local", "--launcher-option", "timeout_min=10"])
     out = capsys.readouterr().out
     assert code == 0, out
     directory = out_dir / "t"
     record = json.loads((directory / "recommendation.json").read_text())
-    request = make_request(load_config(config), name="t", output_dir=str(out_dir), seeds="2", confirm_seeds="2")
+    request = make_request(load_config(config), name="t", output_dir=str(out_dir), seeds="2", confirm_seeds="2",
+                           candidate_set="quick")
     assert record["selection"]["recommended"] == _chosen(request).recommended
     for phase, count in (("selection", 4 * 2), ("confirmation", 2 * len({"erm", record["label"]}))):
         jobs = read_jobs(directory / phase)["runs"]
@@ -338,7 +339,7 @@ def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_tr
                 splits[split] = {"y_true": data["y_true"].astype(np.int64), "y_pred": data["y_pred"].astype(np.int64)}
         return TrialPredictions(val=splits["val"], test=splits["test"])
 
-    python = tune(replay, num_classes=6, seeds=3, confirm_seeds=3, output_dir=tmp_path, name="p",
+    python = tune(replay, num_classes=6, candidates="quick", seeds=3, confirm_seeds=3, output_dir=tmp_path, name="p",
                   stream=io.StringIO()).record
     assert python["label"] == engine["label"]
     for key in ("recommended", "tiers", "split_tiers", "hard_tier_classes", "margin", "threshold", "tier_rule"):
