@@ -50,8 +50,9 @@ FULL_MARGIN_SCALES = (0.25, 0.5, 1.0)
 FULL_VARIANTS = (*QUICK_VARIANTS, "additive_margin")
 #: The candidate sets ``--candidates`` accepts.
 CANDIDATE_SETS = ("quick", "full")
-#: The set ``mr2 tune`` and :func:`mr2.tune.tune` use when none is given: the one the rule of
-#: docs/benchmarks/tune-track-record.md chooses (docs/tune.md, "Which set is the default").
+#: The set ``mr2 tune`` and :func:`mr2.tune.tune` use when none is given: ``quick`` until the rule of
+#: docs/benchmarks/tune-track-record.md is applied, then the set it chooses (docs/tune.md, "Which set
+#: is the default").
 DEFAULT_CANDIDATE_SET = "quick"
 _BAD_CANDIDATE_SET = (
     "unknown candidate set {value!r}; choose quick, full, or a comma-separated list of candidate labels "
