@@ -166,8 +166,10 @@ def main(argv: list[str] | None = None) -> None:
     measured = probe(args.probe_procs, args.probe_steps, args.probe_warmup, args.device)
     rate = measured["steps_per_second"]
     plan = choose_plan(rate, args.budget, args.epochs)
-    predictions = {f"{m} x {s}": round(predicted_seconds(runs_of((m, s)), rate, args.epochs), 1) for m, s in PLANS}
-    record = {**measured, "budget_seconds": args.budget, "epochs": args.epochs, "predicted_seconds": predictions,
+    predictions = {f"{m} x {s}": round(predicted_seconds(runs_of((m, s)), rate, args.epochs), 1)
+                   for m, s in PLANS}
+    record = {**measured, "budget_seconds": args.budget, "epochs": args.epochs,
+              "predicted_seconds": predictions,
               "plan": {"methods": plan[0], "seeds": plan[1]},
               "probe_seconds": round(time.monotonic() - started, 1)}
     (args.out / "probe.json").write_text(json.dumps(record, indent=2) + "\n")
