@@ -56,6 +56,18 @@ def test_every_format_gives_the_sklearn_confusion_matrix(tmp_path: Path) -> None
     assert read_predictions(tmp_path / "ids.csv").class_names is None
 
 
+def test_pt_views_that_fit_their_storage_are_read(tmp_path: Path) -> None:
+    # Slices with an offset, strides and a transpose: fewer bytes than the storage holds, so the
+    # expanded-view guard lets them through, and the values are the views', not the storage's.
+    y_true, logits = make_data(2)
+    padded_ids = torch.from_numpy(np.repeat(np.concatenate([[0], y_true]), 2))
+    transposed = torch.from_numpy(np.ascontiguousarray(logits.T)).t()
+    torch.save({"y_true": padded_ids[2::2], "logits": transposed}, tmp_path / "views.pt")
+    run = read_predictions(tmp_path / "views.pt")
+    np.testing.assert_array_equal(run.y_true, y_true)
+    np.testing.assert_array_equal(run.y_pred, logits.argmax(axis=1))
+
+
 def test_labels_group_methods_and_seeds(tmp_path: Path) -> None:
     specs = []
     for method, shift in (("erm", 0), ("mr2", 3)):
@@ -318,6 +330,16 @@ def case_npz_truncated_array(tmp: Path) -> tuple[list[str], str]:
     )
 
 
+def case_pt_view_claims_more_than_it_stores(tmp: Path) -> tuple[list[str], str]:
+    # A 2 kB .pt file: y_true is one stored element expanded (stride 0) to 10^7; loading it and
+    # converting it used to allocate the whole shape (10^9 needed 7.45 GiB, then a traceback).
+    torch.save({"y_true": torch.zeros(1, dtype=torch.long).expand(10**7), "y_pred": torch.zeros(10**7, dtype=torch.long)},
+               tmp / "a.pt")
+    return ["--predictions", str(tmp / "a.pt")], predictions_module.TENSOR_OVER_STORAGE.format(
+        path=tmp / "a.pt", key="y_true", shape=[10**7], size=format_bytes(8 * 10**7), stored=format_bytes(8)
+    )
+
+
 def case_npz_duplicate_class_names(tmp: Path) -> tuple[list[str], str]:
     np.savez(tmp / "a.npz", y_true=np.array([0, 1, 2]), logits=np.eye(3), class_names=np.array(["x", "y", "x"]))
     return ["--predictions", str(tmp / "a.npz")], predictions_module.CLASS_NAMES_INVALID.format(
@@ -397,7 +419,8 @@ ERROR_CASES: list[ErrorCase] = [
     case_id_30000_without_names, case_id_1e9_float, case_id_int64_max, case_id_uint64_max,
     case_id_above_names_in_csv, case_wide_csv, case_wide_npz_logits_refused_before_loading,
     case_many_class_names_file, case_max_classes_flag_lowers_the_limit, case_max_classes_not_positive,
-    case_npz_header_claims_more_than_it_holds, case_npz_truncated_array, case_npz_duplicate_class_names,
+    case_npz_header_claims_more_than_it_holds, case_npz_truncated_array, case_pt_view_claims_more_than_it_stores,
+    case_npz_duplicate_class_names,
     case_npz_empty_class_name, case_csv_duplicate_score_columns, case_complex_logits, case_complex_ids,
     case_nan_ids, case_csv_header_typo, case_csv_one_score_column, case_csv_y_true_typo,
     case_label_with_a_newline,

@@ -135,6 +135,10 @@ ARRAY_TRUNCATED = (
     "predictions file {path}: array {key!r} declares shape {shape} ({size}) but the archive stores "
     "{stored}; the file is truncated or corrupt"
 )
+TENSOR_OVER_STORAGE = (
+    "predictions file {path}: tensor {key!r} has shape {shape} ({size}) but its storage holds "
+    "{stored} (an expanded or overlapping view); save a contiguous copy, e.g. {key}.contiguous()"
+)
 CLASS_NAMES_INVALID = (
     "predictions file {path}: class_names must be {num_classes} distinct non-empty strings, got {problem}"
 )
@@ -433,6 +437,27 @@ def _npz_members(path: Path, max_classes: int) -> None:
                 )
 
 
+def _check_storage(path: Path, key: str, value: Any) -> None:
+    """Refuse a ``.pt`` tensor whose shape needs more bytes than its storage holds: an expanded
+    (stride-0) or overlapping view, which a few-kB file can use to declare gigabytes that converting
+    it would allocate."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return
+    itemsize = value.element_size()
+    declared = int(value.numel()) * itemsize
+    stored = max(int(value.untyped_storage().nbytes()) - int(value.storage_offset()) * itemsize, 0)
+    if declared > stored:
+        raise PredictionsError(
+            TENSOR_OVER_STORAGE.format(
+                path=path,
+                key=key,
+                shape=list(value.shape),
+                size=format_bytes(declared),
+                stored=format_bytes(stored),
+            )
+        )
+
+
 def _as_numpy(value: Any) -> Any:
     """A tensor of a ``.pt`` file as a numpy array (bfloat16 widened to float32); other values as is."""
     if not isinstance(value, torch.Tensor):
@@ -460,6 +485,8 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
             warnings.simplefilter("ignore", UserWarning)
             content = torch.load(path, map_location="cpu", weights_only=True)
         if isinstance(content, dict):
+            for key, value in content.items():
+                _check_storage(path, str(key), value)
             content = {str(key): _as_numpy(value) for key, value in content.items()}
     except PredictionsError:
         raise
