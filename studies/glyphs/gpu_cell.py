@@ -5,12 +5,15 @@
 A lease gives minutes of GPU time, not hours, so the cell's size is chosen at the start by a rule
 fixed here before any run (it looks at speed only, never at a result):
 
-1. Probe: ``--probe-procs`` processes (10; half cross-entropy, half the MR2 loss) each time
-   ``--probe-steps`` SGD steps of ResNet-32 (1 x 32 x 32 input, K = 100, batch 128) after a warm-up,
-   at the same time, as the cell's runs will share the GPU. Their summed steps per second is R.
+1. Probe: ``--probe-procs`` processes (10; half cross-entropy, half the MR2 loss) each build
+   ResNet-32 (1 x 32 x 32 input, K = 100, batch 128), warm up, wait for one common start time
+   (``--probe-delay`` s after launch) and then count SGD steps for ``--probe-seconds`` (10), all
+   in the same window, as the cell's runs will share the GPU. R is their summed steps per second
+   (a process that was not ready at the start time is flagged ``late`` in probe.json).
 2. A plan of r runs needs ``r x 71 x 200`` steps (9,000 training images at batch 128, 200 epochs);
    its predicted time is ``1.3 x r x 71 x 200 / R + 45`` seconds (data loading, validation each
-   epoch, start-up). The first plan whose prediction fits ``--budget`` is run:
+   epoch, start-up). The first plan whose prediction fits what the probe left of ``--budget``
+   (seconds from the script's start) is run:
    a. erm, mr2, mr2_distance_1d on seeds 0-4 (15 runs);
    b. erm, mr2 on seeds 0-4 (10);  c. seeds 0-3 (8);  d. seeds 0-2 (6);
    e. erm, mr2 on seeds 0-1 (4): run when nothing else fits.
@@ -68,8 +71,8 @@ def choose_plan(steps_per_second: float, budget: float, epochs: int = EPOCHS) ->
     return PLANS[-1]
 
 
-def _probe_child(loss_name: str, steps: int, warmup: int, device: str) -> None:
-    """One probe process: print its seconds for ``steps`` timed steps (after ``warmup``)."""
+def _probe_child(loss_name: str, start_at: float, seconds: float, warmup: int, device: str) -> None:
+    """One probe process: warm up, wait for ``start_at`` (wall clock), count steps for ``seconds``."""
     import torch
     import torch.nn.functional as F
 
@@ -92,23 +95,33 @@ def _probe_child(loss_name: str, steps: int, warmup: int, device: str) -> None:
         loss.backward()
         optimizer.step()
 
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     for _ in range(warmup):
         step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    print(json.dumps({"loss": loss_name, "seconds": time.perf_counter() - start, "steps": steps}))
+    sync()
+    late = time.time() > start_at
+    time.sleep(max(start_at - time.time(), 0.0))
+    began = time.time()
+    steps = 0
+    while time.time() < began + seconds:
+        for _ in range(5):  # synchronised every 5 steps: queued work is not counted as done
+            step()
+        sync()
+        steps += 5
+    elapsed = time.time() - began
+    print(json.dumps({"loss": loss_name, "steps": steps, "seconds": elapsed, "late": late}))
 
 
-def probe(procs: int, steps: int, warmup: int, device: str) -> dict:
+def probe(procs: int, delay: float, seconds: float, warmup: int, device: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    start_at = time.time() + delay
     children = [
         subprocess.Popen([sys.executable, __file__, "--probe-child", "mr2" if k % 2 else "ce",
-                          "--probe-steps", str(steps), "--probe-warmup", str(warmup), "--device", device],
+                          "--probe-start-at", repr(start_at), "--probe-seconds", str(seconds),
+                          "--probe-warmup", str(warmup), "--device", device],
                          stdout=subprocess.PIPE, text=True, env=env)
         for k in range(procs)]
     results = []
@@ -118,7 +131,7 @@ def probe(procs: int, steps: int, warmup: int, device: str) -> dict:
             raise SystemExit(f"gpu_cell.py: a probe process failed (exit {child.returncode})")
         results.append(json.loads(out.strip().splitlines()[-1]))
     rate = sum(r["steps"] / r["seconds"] for r in results)
-    return {"processes": results, "steps_per_second": rate}
+    return {"processes": results, "steps_per_second": rate, "late": sum(r["late"] for r in results)}
 
 
 def pack(sweep_dir: Path, out: Path) -> None:
@@ -148,12 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-per-class", type=int, default=100, help="smoke tests only")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs")
     parser.add_argument("--probe-procs", type=int, default=10)
-    parser.add_argument("--probe-steps", type=int, default=100)
+    parser.add_argument("--probe-delay", type=float, default=40.0,
+                        help="seconds from launch to the probe's common start (default 40)")
+    parser.add_argument("--probe-seconds", type=float, default=10.0)
     parser.add_argument("--probe-warmup", type=int, default=20)
+    parser.add_argument("--probe-start-at", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--probe-child", choices=("ce", "mr2"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe_child:
-        _probe_child(args.probe_child, args.probe_steps, args.probe_warmup, args.device)
+        _probe_child(args.probe_child, args.probe_start_at, args.probe_seconds, args.probe_warmup,
+                     args.device)
         return
     if args.glyphs is None or args.out is None:
         parser.error("--glyphs and --out are required")
@@ -163,12 +180,14 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
 
-    measured = probe(args.probe_procs, args.probe_steps, args.probe_warmup, args.device)
+    measured = probe(args.probe_procs, args.probe_delay, args.probe_seconds, args.probe_warmup, args.device)
     rate = measured["steps_per_second"]
-    plan = choose_plan(rate, args.budget, args.epochs)
+    budget_left = args.budget - (time.monotonic() - started)  # the probe's time counts
+    plan = choose_plan(rate, budget_left, args.epochs)
     predictions = {f"{m} x {s}": round(predicted_seconds(runs_of((m, s)), rate, args.epochs), 1)
                    for m, s in PLANS}
-    record = {**measured, "budget_seconds": args.budget, "epochs": args.epochs,
+    record = {**measured, "budget_seconds": args.budget, "budget_left_after_probe": round(budget_left, 1),
+              "epochs": args.epochs,
               "predicted_seconds": predictions,
               "plan": {"methods": plan[0], "seeds": plan[1]},
               "probe_seconds": round(time.monotonic() - started, 1)}
