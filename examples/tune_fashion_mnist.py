@@ -9,7 +9,9 @@ Command line (``mr2 tune --command``)::
     mr2 tune --command 'python examples/tune_fashion_mnist.py --loss-json {loss} --seed {seed} --out {out}' \\
         --num-classes 10 --output-dir runs --name fmnist
 
-    The script writes ``{out}/val.npz`` and ``{out}/test.npz`` (y_true and logits).
+    The script writes ``{out}/val.npz`` and ``{out}/test.npz`` (y_true and logits). With the default
+    candidate set (``full``: its 16 losses x 3 seeds, then up to 6 confirmation trials) this command
+    took 3 min 9 s on a 2-core CPU (one trial at a time, about 3.4 s each).
 
 Python (``mr2.tune.tune``)::
 

@@ -3,8 +3,8 @@ engine (``--config RUN.yaml``) or for training code of your own (``--command``).
 
 Examples::
 
-    mr2 tune --config my-run.yaml                                   # quick: 4 candidates x 3 seeds
-    mr2 tune --config my-run.yaml --candidates full --criterion worst_class --workers 2
+    mr2 tune --config my-run.yaml                                   # full: 18 candidates x 3 seeds
+    mr2 tune --config my-run.yaml --candidates quick --criterion worst_class --workers 2  # 4 candidates
     mr2 tune --config my-run.yaml --seeds 5 --confirm-seeds 5 --dry-run
     mr2 tune --config my-run.yaml --launcher slurm --launcher-option partition=gpu   # docs/cluster.md
     mr2 tune --command 'python train.py --loss-json {loss} --seed {seed} --out {out}' --num-classes 10
@@ -26,7 +26,7 @@ EXIT_FAILED_RUNS = 1
 EXIT_BAD_INPUT = 2
 #: ``--candidates``' default: mr2.tune.candidates.DEFAULT_CANDIDATE_SET, spelled out so that parsing
 #: arguments imports nothing heavy (tests/tune check that the two agree).
-DEFAULT_CANDIDATES = "quick"
+DEFAULT_CANDIDATES = "full"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

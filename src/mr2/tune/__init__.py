@@ -1,7 +1,7 @@
 """``mr2 tune``: choose a configuration on the user's own validation data, confirm it on fresh seeds.
 
 Modules:
-    candidates: ERM and the MR2 variants compared, as plain sweep entries (:func:`candidates`).
+    candidates: ERM, the MR2 variants and the baselines compared, as plain sweep entries (:func:`candidates`).
     loss_spec: a candidate's loss as JSON, and back to the loss module (:func:`loss_from_spec`).
     errors: the error family (:class:`TuneInputError`, :class:`TrialError`).
     selection: the validation-only rule (:func:`choose`; it never sees a test number).

@@ -430,8 +430,8 @@ def tune(
         train_fn: the training function (picklable, i.e. defined at module level, when ``executor`` is
             a process pool or a submitit executor).
         num_classes: K.
-        candidates: ``"quick"``, ``"full"`` (its losses: two-stage procedures need ``mr2 tune --config``)
-            or a list of :class:`mr2.tune.Candidate` including ``erm``.
+        candidates: ``"full"`` (the default; its losses: two-stage procedures need ``mr2 tune
+            --config``), ``"quick"`` or a list of :class:`mr2.tune.Candidate` including ``erm``.
         seeds: selection seeds (a count from 0, or a list); at least 2.
         confirm_seeds: fresh confirmation seeds (a count after the selection seeds, or a list).
         criterion: ``hard_tier``, ``worst_class`` or ``overall``.
