@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from mr2.tune.selection import ValidationFigures, choose, rule_text
-from mr2.tune.text import ERM_AT_FIRST_USE, SMALL_VALIDATION_WARNING, choice_table, choice_text, verdict_text
+from mr2.tune.text import (
+    ERM_AT_FIRST_USE,
+    SMALL_VALIDATION_WARNING,
+    choice_table,
+    choice_text,
+    hard_tier_note,
+    verdict_text,
+)
 from mr2.tune.verdict import OUTCOMES, SeedFigures, judge_figures
 
 PASTE = "method:\n  name: mr2\n  options:\n    variant: paper\n"
@@ -159,3 +166,17 @@ def test_nothing_to_confirm_prints_what_to_do():
     assert "ERM was chosen on validation: there is nothing to confirm." in text
     assert "variant: paper" not in text
     assert set(OUTCOMES) == {"confirmed", "supported", "not confirmed", "contradicted", "nothing to confirm"}
+
+
+def test_the_hard_tier_note_names_few_classes_counts_many_and_is_silent_when_the_tiers_agree():
+    erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
+    verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=list(range(33)))
+    assert hard_tier_note(verdict, list(range(32, -1, -1))) == ""  # the same classes, any order
+    assert hard_tier_note(None, [1, 2]) == ""  # no verdict: nothing to compare
+    many = hard_tier_note(verdict, list(range(3, 36)))
+    assert many.startswith("Note: the table's hard tier (33 classes: ranked on the confirmation's own ERM runs) "
+                           "is not the verdict's (33 classes: ranked on ERM's selection runs")
+    assert "they share 30 of 33 classes" in many
+    few = hard_tier_note(judge_figures(erm, erm, chosen_label="m", hard_classes=[7, 2]), [2, 9])
+    assert "(classes 2, 9: ranked on the confirmation's" in few and "(classes 2, 7: ranked on ERM's" in few
+    assert "they share 1 of 2 classes" in few

@@ -242,3 +242,44 @@ def test_a_trial_directory_of_another_tune_is_refused_not_reused(tmp_path):
     assert str(caught.value) == STALE_TRIAL.format(path=tmp_path / "t" / "trials" / "selection" / "erm" / "seed=0",
                                                    key="num_classes", found=K, expected=K + 1)
     assert record.read_text() == before
+
+
+def _drifting(candidate: Candidate, seed: int) -> TrialPredictions:
+    """ERM's hard classes move between the selection seeds (classes 4 and 5 hardest) and the
+    confirmation seeds (classes 0 and 1 hardest); logit_only lifts whichever classes are hard then."""
+    base = BASE if seed < 3 else BASE[::-1].copy()
+    lift = 0.25 * (base < 0.7) if candidate.label == "mr2-logit_only-c1" else 0.0
+
+    def draw(y: np.ndarray, split: str) -> np.ndarray:
+        rng = np.random.default_rng([zlib.crc32(candidate.label.encode()), seed, len(split)])
+        p = np.clip(base + lift, 0, 1)[y]
+        return np.where(rng.random(y.size) < p, y, (y + 1) % K)
+
+    return TrialPredictions(val={"y_true": Y_VAL, "y_pred": draw(Y_VAL, "val")},
+                            test={"y_true": Y_TEST, "y_pred": draw(Y_TEST, "test")})
+
+
+def test_the_output_says_when_the_tables_hard_tier_is_not_the_verdicts(tmp_path, tuned):
+    """The verdict's hard classes are fixed at selection (ERM's selection runs); the confirmation
+    table ranks its tiers on the confirmation's own ERM runs. When the two differ the printed output
+    says so and names both, so a reader does not compare two different hard tiers unawares."""
+    stream = io.StringIO()
+    result = tune(_drifting, num_classes=K, candidates="erm,mr2-logit_only-c1", seeds=3, confirm_seeds=3,
+                  output_dir=tmp_path, name="drift", stream=stream)
+    printed = stream.getvalue()
+    assert result.verdict is not None and sorted(result.verdict.hard_classes) == [4, 5]
+    report = json.loads((tmp_path / "drift" / "confirmation" / "report" / "report.json").read_text())
+    assert report["tiers"]["members"]["hard"] == [0, 1]  # the table's hard tier (K = 6: 2 per tier)
+    note = [line for line in printed.splitlines() if line.startswith("Note: the table's hard tier")]
+    assert note == [
+        "Note: the table's hard tier (classes 0, 1: ranked on the confirmation's own ERM runs) is not "
+        "the verdict's (classes 4, 5: ranked on ERM's selection runs, fixed before the confirmation); "
+        "they share 0 of 2 classes, so the table's hard column is not the verdict's figure."
+    ]
+    # Where the two tiers agree (the module's tune: the same hard classes at every seed) nothing is added.
+    out, _ = tuned
+    rerun = io.StringIO()
+    tune(simulated, num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=out, name="sim",
+         class_names=[f"c{k}" for k in range(K)], stream=rerun)
+    assert "Note: the table's hard tier" not in rerun.getvalue()
+    assert "Confirmation on fresh seeds" in rerun.getvalue()

@@ -53,7 +53,7 @@ from mr2.tune.selection import (
     read_validation,
     rule_text,
 )
-from mr2.tune.text import choice_text, verdict_text
+from mr2.tune.text import choice_text, hard_tier_note, verdict_text
 from mr2.tune.verdict import Verdict, VerdictError, judge
 
 __all__ = [
@@ -537,7 +537,11 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         print(textwrap.indent(method_yaml(recommended), "    "), file=out)
     if confirmation.report is not None:
         print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
-        print(comparison_markdown(confirmation.report.output.comparison), file=out)
+        comparison = confirmation.report.output.comparison
+        print(comparison_markdown(comparison), file=out)
+        note = hard_tier_note(verdict, comparison.tiers.members(len(comparison.tiers.names) - 1).tolist())
+        if note:
+            print(f"\n{note}", file=out)
         print(f"\nReport: {confirmation.report.markdown_path}", file=out)
     print(f"Recommendation: {outcome.recommendation_file}", file=out, flush=True)
     return outcome

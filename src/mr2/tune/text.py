@@ -10,6 +10,7 @@ Accuracies are percentages; differences are percentage points.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice
 from mr2.tune.verdict import (
@@ -22,7 +23,14 @@ from mr2.tune.verdict import (
     Verdict,
 )
 
-__all__ = ["ERM_AT_FIRST_USE", "choice_table", "choice_text", "size_warning", "verdict_text"]
+__all__ = [
+    "ERM_AT_FIRST_USE",
+    "choice_table",
+    "choice_text",
+    "hard_tier_note",
+    "size_warning",
+    "verdict_text",
+]
 
 #: How ERM is introduced at its first use in a block.
 ERM_AT_FIRST_USE = "ERM (plain cross-entropy training, the reference)"
@@ -169,6 +177,42 @@ def _seeds_sentence(verdict: Verdict) -> str:
         f"If the true effect and spread were the observed ones, {needed} would give a one-sided paired "
         f"t-test at level {verdict.alpha:g} a power of {100 * verdict.power:.0f}% to show it (its power "
         f"with the {len(verdict.seeds)} seeds run: {now})."
+    )
+
+
+def _classes(classes: list[int]) -> str:
+    if len(classes) > 10:
+        return f"{len(classes)} classes"
+    return f"classes {', '.join(str(k) for k in classes)}"
+
+
+def hard_tier_note(verdict: Verdict | None, table_hard: Sequence[int]) -> str:
+    """A line for below the confirmation table when its hard tier is not the verdict's, else ``""``.
+
+    The verdict's hard classes were ranked on ERM's selection runs, before the confirmation; the
+    table's tiers are ranked on the confirmation's own ERM runs (validation split), so with a noisy
+    ranking the two hard columns cover different classes.
+
+    Example:
+        >>> from mr2.tune.verdict import SeedFigures, judge_figures
+        >>> erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
+        >>> verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=[4, 5])
+        >>> hard_tier_note(verdict, [5, 4])
+        ''
+        >>> hard_tier_note(verdict, [1, 5]).split(";")[1]
+        " they share 1 of 2 classes, so the table's hard column is not the verdict's figure."
+    """
+    if verdict is None or not verdict.hard_classes:
+        return ""
+    ours, theirs = sorted(int(k) for k in table_hard), sorted(int(k) for k in verdict.hard_classes)
+    if ours == theirs:
+        return ""
+    shared = len(set(ours) & set(theirs))
+    return (
+        f"Note: the table's hard tier ({_classes(ours)}: ranked on the confirmation's own ERM runs) is "
+        f"not the verdict's ({_classes(theirs)}: ranked on ERM's selection runs, fixed before the "
+        f"confirmation); they share {shared} of {len(theirs)} classes, so the table's hard column is not "
+        "the verdict's figure."
     )
 
 

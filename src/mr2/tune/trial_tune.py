@@ -56,7 +56,7 @@ from mr2.tune.run import (
     _seeds,
 )
 from mr2.tune.selection import CRITERIA, Choice, ValidationFigures, choose, rule_text
-from mr2.tune.text import choice_text, verdict_text
+from mr2.tune.text import choice_text, hard_tier_note, verdict_text
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore, run_trials
 from mr2.tune.verdict import Verdict, VerdictError, judge
 
@@ -389,6 +389,10 @@ def tune_trials(
     if output is not None:
         print("\nConfirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
         print(comparison_markdown(output.comparison), file=out)
+        tiers = output.comparison.tiers
+        note = hard_tier_note(verdict, tiers.members(len(tiers.names) - 1).tolist())
+        if note:
+            print(f"\n{note}", file=out)
         print(f"\nReport: {report_dir}/report.md", file=out)
     elif report_error:
         print(f"\n{report_error}", file=out)
