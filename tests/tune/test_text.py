@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from mr2.report.tiers import TierSplit
 from mr2.tune.selection import ValidationFigures, choose, rule_text
 from mr2.tune.text import (
     ERM_AT_FIRST_USE,
@@ -170,13 +171,16 @@ def test_nothing_to_confirm_prints_what_to_do():
 
 def test_the_hard_tier_note_names_few_classes_counts_many_and_is_silent_when_the_tiers_agree():
     erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
-    verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=list(range(33)))
-    assert hard_tier_note(verdict, list(range(32, -1, -1))) == ""  # the same classes, any order
-    assert hard_tier_note(None, [1, 2]) == ""  # no verdict: nothing to compare
-    many = hard_tier_note(verdict, list(range(3, 36)))
+    verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=list(range(32, -1, -1)))
+    ascending = np.arange(100) / 100  # classes 0-32 lowest: the hard tier (thirds of 100: 34, 33, 33)
+    assert TierSplit.from_accuracy(ascending, 3).members(2).tolist() == list(range(33))
+    assert hard_tier_note(verdict, TierSplit.from_accuracy(ascending, 3)) == ""  # the same classes
+    assert hard_tier_note(None, TierSplit.from_accuracy(ascending, 3)) == ""  # no verdict: nothing to compare
+    many = hard_tier_note(verdict, TierSplit.from_accuracy(np.roll(ascending, 3), 3))  # hard: classes 3-35
     assert many.startswith("Note: the table's hard tier (33 classes: ranked on the confirmation's own ERM runs) "
                            "is not the verdict's (33 classes: ranked on ERM's selection runs")
     assert "they share 30 of 33 classes" in many
-    few = hard_tier_note(judge_figures(erm, erm, chosen_label="m", hard_classes=[7, 2]), [2, 9])
+    few = hard_tier_note(judge_figures(erm, erm, chosen_label="m", hard_classes=[7, 2]),
+                         TierSplit.from_accuracy([0.1 if k in (2, 9) else 0.9 - k / 100 for k in range(6 + 4)], 5))
     assert "(classes 2, 9: ranked on the confirmation's" in few and "(classes 2, 7: ranked on ERM's" in few
     assert "they share 1 of 2 classes" in few

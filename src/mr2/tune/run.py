@@ -539,7 +539,7 @@ def run_tune(request: TuneRequest, *, stream: TextIO | None = None) -> TuneOutco
         print("Confirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
         comparison = confirmation.report.output.comparison
         print(comparison_markdown(comparison), file=out)
-        note = hard_tier_note(verdict, comparison.tiers.members(len(comparison.tiers.names) - 1).tolist())
+        note = hard_tier_note(verdict, comparison.tiers)
         if note:
             print(f"\n{note}", file=out)
         print(f"\nReport: {confirmation.report.markdown_path}", file=out)

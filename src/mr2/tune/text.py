@@ -10,7 +10,7 @@ Accuracies are percentages; differences are percentage points.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice
 from mr2.tune.verdict import (
@@ -22,6 +22,9 @@ from mr2.tune.verdict import (
     SUPPORTED,
     Verdict,
 )
+
+if TYPE_CHECKING:
+    from mr2.report.tiers import TierSplit
 
 __all__ = [
     "ERM_AT_FIRST_USE",
@@ -186,25 +189,28 @@ def _classes(classes: list[int]) -> str:
     return f"classes {', '.join(str(k) for k in classes)}"
 
 
-def hard_tier_note(verdict: Verdict | None, table_hard: Sequence[int]) -> str:
-    """A line for below the confirmation table when its hard tier is not the verdict's, else ``""``.
+def hard_tier_note(verdict: Verdict | None, tiers: TierSplit) -> str:
+    """A line for below the confirmation table when its hard tier (the last of ``tiers``, the
+    confirmation report's) is not the verdict's, else ``""``.
 
     The verdict's hard classes were ranked on ERM's selection runs, before the confirmation; the
     table's tiers are ranked on the confirmation's own ERM runs (validation split), so with a noisy
     ranking the two hard columns cover different classes.
 
     Example:
+        >>> from mr2.report.tiers import TierSplit
         >>> from mr2.tune.verdict import SeedFigures, judge_figures
         >>> erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
         >>> verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=[4, 5])
-        >>> hard_tier_note(verdict, [5, 4])
+        >>> hard_tier_note(verdict, TierSplit.from_accuracy([0.9, 0.8, 0.7, 0.6, 0.2, 0.1], 3))
         ''
-        >>> hard_tier_note(verdict, [1, 5]).split(";")[1]
+        >>> hard_tier_note(verdict, TierSplit.from_accuracy([0.9, 0.1, 0.7, 0.6, 0.8, 0.2], 3)).split(";")[1]
         " they share 1 of 2 classes, so the table's hard column is not the verdict's figure."
     """
     if verdict is None or not verdict.hard_classes:
         return ""
-    ours, theirs = sorted(int(k) for k in table_hard), sorted(int(k) for k in verdict.hard_classes)
+    ours = sorted(int(k) for k in tiers.members(len(tiers.names) - 1))
+    theirs = sorted(int(k) for k in verdict.hard_classes)
     if ours == theirs:
         return ""
     shared = len(set(ours) & set(theirs))

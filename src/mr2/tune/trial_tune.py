@@ -389,8 +389,7 @@ def tune_trials(
     if output is not None:
         print("\nConfirmation on fresh seeds (test split; reported whatever it says):\n", file=out)
         print(comparison_markdown(output.comparison), file=out)
-        tiers = output.comparison.tiers
-        note = hard_tier_note(verdict, tiers.members(len(tiers.names) - 1).tolist())
+        note = hard_tier_note(verdict, output.comparison.tiers)
         if note:
             print(f"\n{note}", file=out)
         print(f"\nReport: {report_dir}/report.md", file=out)
