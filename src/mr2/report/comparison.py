@@ -48,11 +48,16 @@ from mr2.report.statistics import (
     paired_t_test,
     sign_test,
 )
-from mr2.report.tiers import TierSplit
+from mr2.report.tiers import TierSplit, default_tier_names
+from mr2.value_types import is_int
 
 __all__ = ["Comparison", "MethodSummary", "compare_runs"]
 
 REFERENCE_UNKNOWN = "reference method {name!r} is not among the runs' methods: {methods}"
+_BAD_TIER_ASSIGNMENT = (
+    "tier_assignment must hold one tier index per class ({num_classes}), 0 (easiest) to T-1 each used, "
+    "-1 for an unranked class; got {value}"
+)
 _TIER_SOURCE_INVALID = "tier_source must be 'test' or 'validation', got {value!r}"
 _VALIDATION_MISSING = (
     "tier_source='validation' needs the reference runs' validation results, but {run} has none in "
@@ -119,7 +124,7 @@ class Comparison:
         alpha: significance level used to mark differences in the markdown table.
         bootstrap: per run name, bootstrap intervals of each table metric (empty if not requested).
         tier_source: the split of the reference runs that ranked the tiers (``"test"`` or
-            ``"validation"``).
+            ``"validation"``), or ``"fixed"``: tiers given to the report (``tiers.ranked_by`` says how).
     """
 
     reference: str
@@ -182,50 +187,9 @@ def _seed_key(run: RunRecord) -> tuple[int, int]:
     return (1, 0) if run.seed is None else (0, run.seed)
 
 
-def compare_runs(
-    runs: Sequence[RunRecord],
-    *,
-    reference: str | None = None,
-    num_tiers: int | None = None,
-    tier_source: str = "test",
-    bottom_fraction: float = 0.1,
-    alpha: float = 0.05,
-    bootstrap_resamples: int = 0,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> Comparison:
-    """Compare runs of several methods (and seeds) against a reference method.
-
-    Args:
-        runs: evaluated runs of one data set (checked with
-            :func:`mr2.report.run_dir.check_comparable`).
-        reference: the reference method (default: the method of the first run).
-        num_tiers: number of tiers (default: 3, or one per class when there are fewer classes).
-        tier_source: ``"test"`` (paper's protocol) or ``"validation"``: which split of the reference
-            runs ranks the classes into tiers.
-        bottom_fraction: fraction of the worst classes averaged in the ``bottom_mean`` column.
-        alpha: significance level for marking differences.
-        bootstrap_resamples: if > 0, per-run bootstrap intervals of every table metric.
-        confidence: coverage of the bootstrap intervals.
-        seed: seed of the bootstrap.
-
-    Returns:
-        The :class:`Comparison`.
-    """
-    check_comparable(runs)
-    if tier_source not in ("test", "validation"):
-        raise ReportError(_TIER_SOURCE_INVALID.format(value=tier_source))
-    by_method: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        by_method.setdefault(run.method, []).append(run)
-    reference = runs[0].method if reference is None else reference
-    if reference not in by_method:
-        raise ReportError(REFERENCE_UNKNOWN.format(name=reference, methods=", ".join(by_method)))
-    order = [reference, *(m for m in by_method if m != reference)]
-    for name in order:
-        by_method[name].sort(key=_seed_key)
-
-    reference_runs = by_method[reference]
+def _ranked_tiers(reference_runs: Sequence[RunRecord], reference: str, tier_source: str,
+                  num_tiers: int | None) -> TierSplit:
+    """Tiers ranked on the reference runs' mean per-class accuracy on ``tier_source``."""
     if tier_source == "test":
         ranking_rows = [
             confusion_accuracy(r.confusion) for r in reference_runs
@@ -248,6 +212,83 @@ def compare_runs(
             f"{len(reference_runs)} run{'s' if len(reference_runs) > 1 else ''})"
         ),
     )
+    return tiers
+
+
+def fixed_tiers(assignment: Sequence[int], num_classes: int, ranked_by: str) -> TierSplit:
+    """A :class:`TierSplit` from a given tier index per class (0 = easiest, -1 = unranked).
+
+    Raises:
+        ReportError: not one integer per class, or tier indices that are not 0..T-1 (each used).
+
+    >>> fixed_tiers([2, 0, 1, 1], 4, "given").members(2)
+    array([0])
+    """
+    items = list(assignment)
+    values = [int(v) for v in items] if all(is_int(v) for v in items) else []
+    used = sorted({v for v in values if v >= 0})
+    if (len(values) != num_classes or not used or used != list(range(len(used)))
+            or min(values) < -1):
+        raise ReportError(_BAD_TIER_ASSIGNMENT.format(num_classes=num_classes, value=items[:20]))
+    return TierSplit(np.asarray(values, dtype=np.int64), default_tier_names(len(used)), ranked_by,
+                     np.full(num_classes, np.nan))
+
+
+def compare_runs(
+    runs: Sequence[RunRecord],
+    *,
+    reference: str | None = None,
+    num_tiers: int | None = None,
+    tier_source: str = "test",
+    bottom_fraction: float = 0.1,
+    alpha: float = 0.05,
+    bootstrap_resamples: int = 0,
+    confidence: float = 0.95,
+    seed: int = 0,
+    tier_assignment: Sequence[int] | None = None,
+    tiers_ranked_by: str | None = None,
+) -> Comparison:
+    """Compare runs of several methods (and seeds) against a reference method.
+
+    Args:
+        runs: evaluated runs of one data set (checked with
+            :func:`mr2.report.run_dir.check_comparable`).
+        reference: the reference method (default: the method of the first run).
+        num_tiers: number of tiers (default: 3, or one per class when there are fewer classes).
+        tier_source: ``"test"`` (paper's protocol) or ``"validation"``: which split of the reference
+            runs ranks the classes into tiers.
+        bottom_fraction: fraction of the worst classes averaged in the ``bottom_mean`` column.
+        alpha: significance level for marking differences.
+        bootstrap_resamples: if > 0, per-run bootstrap intervals of every table metric.
+        confidence: coverage of the bootstrap intervals.
+        seed: seed of the bootstrap.
+        tier_assignment: fixed tiers, one index per class (0 = easiest, -1 = unranked), instead of
+            ranking the reference runs: e.g. ``mr2 tune``'s tiers, ranked on the selection's ERM runs
+            before the confirmation ran (``tier_source`` and ``num_tiers`` are then not used).
+        tiers_ranked_by: what ``tier_assignment`` was ranked on, printed with the tiers.
+
+    Returns:
+        The :class:`Comparison`.
+    """
+    check_comparable(runs)
+    if tier_source not in ("test", "validation"):
+        raise ReportError(_TIER_SOURCE_INVALID.format(value=tier_source))
+    by_method: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_method.setdefault(run.method, []).append(run)
+    reference = runs[0].method if reference is None else reference
+    if reference not in by_method:
+        raise ReportError(REFERENCE_UNKNOWN.format(name=reference, methods=", ".join(by_method)))
+    order = [reference, *(m for m in by_method if m != reference)]
+    for name in order:
+        by_method[name].sort(key=_seed_key)
+
+    reference_runs = by_method[reference]
+    if tier_assignment is not None:
+        tiers = fixed_tiers(tier_assignment, reference_runs[0].confusion.shape[0],
+                            tiers_ranked_by or "fixed tiers given to the report")
+    else:
+        tiers = _ranked_tiers(reference_runs, reference, tier_source, num_tiers)
     metrics = _table_metrics(tiers, bottom_fraction)
 
     summaries: list[MethodSummary] = []
@@ -323,5 +364,5 @@ def compare_runs(
         metrics=metrics,
         alpha=alpha,
         bootstrap=intervals,
-        tier_source=tier_source,
+        tier_source="fixed" if tier_assignment is not None else tier_source,
     )

@@ -24,6 +24,9 @@ class ReportSettings:
         seed: seed of the bootstrap.
         plots: draw the figures (needs matplotlib).
         html: write report.html next to report.md.
+        tier_assignment: fixed tiers, one index per class (0 = easiest, -1 = unranked), used instead of
+            ranking the reference runs (``num_tiers`` and ``tier_source`` then unused).
+        tiers_ranked_by: what ``tier_assignment`` was ranked on (printed with the tiers).
     """
 
     reference: str | None = None
@@ -36,6 +39,8 @@ class ReportSettings:
     seed: int = 0
     plots: bool = True
     html: bool = True
+    tier_assignment: tuple[int, ...] | None = None
+    tiers_ranked_by: str | None = None
 
     def comparison_options(self) -> dict[str, Any]:
         """The keyword arguments of :func:`mr2.report.comparison.compare_runs`.

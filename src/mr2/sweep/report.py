@@ -294,6 +294,8 @@ def write_sweep_report(
         alpha=options.alpha,
         bootstrap_resamples=options.bootstrap,
         plots=options.plots if plots is None else plots,
+        tier_assignment=None if options.tier_assignment is None else tuple(options.tier_assignment),
+        tiers_ranked_by=None if options.tier_assignment is None else "the sweep's report.tier_assignment",
     )
     failed = [o for o in outcomes if o.status == "failed"]
     atomic_write_json(directory / "selection.json", selection.to_dict())

@@ -130,6 +130,9 @@ class ReportOptions:
     bottom_fraction: float = 0.1
     alpha: float = 0.05
     plots: bool = True
+    #: Fixed tiers, one index per class (0 = easiest, -1 = unranked), instead of ranking the reference
+    #: runs (``tiers`` and ``tier_source`` then unused); checked against K when the report is written.
+    tier_assignment: list[int] | None = None
 
 
 @dataclass
@@ -259,6 +262,10 @@ def _check_report(report: ReportOptions) -> None:
         value = getattr(report, key)
         if not 0 < value < 1:
             raise _wrong(f"report.{key}", "a number in (0, 1)", value)
+    assignment = report.tier_assignment
+    if assignment is not None and (not assignment or not all(is_int(v) and v >= -1 for v in assignment)):
+        raise _wrong("report.tier_assignment", "a list of tier indices (0 = easiest, -1 = unranked)",
+                     assignment)
 
 
 def _seeds(raw: int | list[Any]) -> list[int]:
