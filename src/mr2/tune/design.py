@@ -1,0 +1,789 @@
+"""Which trials ``mr2 tune`` runs, in which order, and what it advises: the tune's design, pure.
+
+A :class:`Plan` is a state machine between the tune's driver and the statistics: the driver asks
+:meth:`Plan.next_round` for the trials to run now (it may run them in parallel), reports each one's
+figures (:meth:`Plan.record_validation` in the selection phase, :meth:`Plan.record_test` in the
+confirmation phase) or its failure (:meth:`Plan.record_failure`), and asks again until the answer is
+``[]``; then :meth:`Plan.advice` says what to use. Nothing here trains, reads or writes anything.
+
+The design (:class:`Design`) has two phases.
+
+**Selection** (VALIDATION split, seeds of the selection pool). In stage ``j`` every candidate still
+in the race and the reference (ERM) are trained on the stage's new seeds, until each has
+``selection_looks[j]`` seeds; after every stage but the last, :func:`mr2.tune.selection.choose` is
+applied to the runs so far and only the ``keep[j]`` eligible candidates with the best mean score
+stay in the race (racing over seeds; ties: the earlier candidate). After the last stage, ``choose``
+on the reference and the candidates still in the race gives the :class:`~mr2.tune.selection.Choice`
+(and the hard classes the confirmation scores); the ``contenders`` best eligible candidates go to
+the confirmation (``gate="best"``), or only ``choose``'s recommendation when it is not ERM
+(``gate="margin"``, the rule of ``mr2 tune`` until issue 37).
+
+**Confirmation** (TEST split, fresh seeds of the confirmation pool). At look ``j`` the reference and
+every contender still active are trained on the new seeds, until each has
+``confirmation_looks[j]`` seeds; each active contender is then compared with the reference by
+:func:`mr2.tune.verdict.judge_figures` (one-sided paired t-test of the per-seed test hard-tier
+differences over the seeds so far), at the NOMINAL level ``a_j`` of that look:
+
+- ``a_j`` spends ``alpha / m`` (``m`` = the number of contenders: Bonferroni over the contenders)
+  over the looks (:func:`nominal_levels`): Lan-DeMets spending with O'Brien-Fleming-type or
+  Pocock-type boundaries computed on the normal scale and applied to the t-test's p-values, or a
+  plain Bonferroni split ``alpha / (m L)`` over ``L`` looks;
+- a contender is **adopted** when its verdict is ``confirmed`` at ``a_j``: ``p_greater < a_j`` and
+  its mean test overall-accuracy change is not below minus ERM's seed standard error of test overall
+  accuracy (overall accuracy not worse beyond noise). If several are, the one with the largest mean
+  hard-tier difference. Everything stops;
+- a contender whose hard-tier test is significant at ``a_j`` but costs overall accuracy is ruled out
+  (``overall_cost``); at an interim look, one whose t statistic is at or below ``futility`` is
+  dropped (a non-binding futility stop: it can only lower the error rate);
+- after the last look, a contender not adopted is not adopted.
+
+Why the error rate holds: the confirmation's seeds and split are fresh, so, given the choice, each
+contender's sequence of test statistics is that of a new experiment; a useless contender (no better
+than ERM on the test hard tier) is adopted only if its own sequence crosses its boundary at some
+look, which has probability at most ``alpha / m`` (the spending rule; dropping a contender early only
+removes chances), and a union over the ``m`` contenders gives at most ``alpha``, whatever the
+selection did. The spending boundaries are computed for normal statistics; applied to t-tests with
+few seeds they are approximate, which docs/benchmarks/tune-operating-characteristics.md measures.
+
+:data:`BASELINE_DESIGN` is the procedure of ``mr2 tune`` before issue 37 with one change, the advice
+gate: one selection round (every candidate on every selection seed), ``choose``'s recommendation
+confirmed on every confirmation seed, adopted only when ``confirmed`` at ``alpha``. When ERM is
+chosen there, ERM alone is still trained on the confirmation seeds (``reference_alone``) to report
+its test figures, as before; :data:`DEFAULT_DESIGN` skips those trainings (nothing is decided by
+them).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, choose
+from mr2.tune.verdict import CONFIRMED, SeedFigures, Verdict, judge_figures
+
+__all__ = [
+    "BASELINE_DESIGN",
+    "DEFAULT_DESIGN",
+    "PHASES",
+    "REASONS",
+    "SPENDING_RULES",
+    "Advice",
+    "Design",
+    "Look",
+    "Plan",
+    "Request",
+    "nominal_levels",
+    "spending_boundaries",
+]
+
+SELECTION = "selection"
+CONFIRMATION = "confirmation"
+#: The two phases of a tune, in order.
+PHASES = (SELECTION, CONFIRMATION)
+#: How the confirmation's level is spread over its looks (see :func:`nominal_levels`).
+SPENDING_RULES = ("obrien_fleming", "pocock", "bonferroni")
+Spending = Literal["obrien_fleming", "pocock", "bonferroni"]
+Gate = Literal["best", "margin"]
+
+# Advice.reason keys.
+CONFIRMED_REASON = "confirmed"
+INCONCLUSIVE = "inconclusive"
+CONTRADICTED = "contradicted"
+OVERALL_COST = "overall_cost"
+ERM_CHOSEN = "erm_chosen"
+NO_ELIGIBLE = "no_eligible"
+ALL_FAILED = "failed"
+NO_CONFIRMATION = "no_confirmation"
+#: Every reason :attr:`Advice.reason` can give.
+REASONS = (CONFIRMED_REASON, INCONCLUSIVE, CONTRADICTED, OVERALL_COST, ERM_CHOSEN, NO_ELIGIBLE,
+           ALL_FAILED, NO_CONFIRMATION)
+
+# Look.decision values.
+ADOPT = "adopt"
+CONTINUE = "continue"
+FUTILITY = "futility"
+STOP = "stop"
+
+UNKNOWN_PHASE = "unknown phase {value!r}; one of: selection, confirmation"
+UNKNOWN_LABEL = "unknown candidate {label!r}; the plan's candidates are: {labels}"
+NO_REFERENCE = "the reference {reference!r} is not among the candidate labels {labels}"
+DUPLICATE_LABEL = "candidate label {label!r} appears twice"
+NOT_REQUESTED = "{phase} trial {label!r} seed {seed} was not requested in the current round"
+ALREADY_RECORDED = "{phase} trial {label!r} seed {seed} is already recorded"
+ROUND_NOT_DONE = "the current round is not finished; still missing: {missing}"
+NOT_DONE = "the plan is not finished: call next_round() until it returns []"
+REFERENCE_FAILED = (
+    "the reference {reference!r} failed ({phase}, seed {seed}: {reason}); there is nothing to compare "
+    "the candidates with"
+)
+TOO_FEW_SELECTION_SEEDS = "the selection needs at least 2 seeds; got {count}"
+SEEDS_OVERLAP = "selection and confirmation seeds must be disjoint; both have {seeds}"
+BAD_DESIGN = "invalid design: {detail}"
+FAILED = "failed ({reason})"
+DROPPED = "dropped after selection stage {stage}: not among the {keep} best eligible"
+
+
+# ---------------------------------------------------------------------------------------------
+# Group-sequential boundaries
+# ---------------------------------------------------------------------------------------------
+
+def _spent(rule: str, fraction: float, alpha: float) -> float:
+    """Lan-DeMets spending function: the level spent by information fraction ``t`` in (0, 1].
+
+    O'Brien-Fleming type ``2 - 2 Phi(z_{1 - alpha / 2} / sqrt(t))``; Pocock type
+    ``alpha ln(1 + (e - 1) t)``.
+    """
+    from scipy import stats
+
+    if fraction >= 1.0:
+        return alpha
+    if rule == "obrien_fleming":
+        return float(2.0 * stats.norm.sf(stats.norm.isf(alpha / 2.0) / math.sqrt(fraction)))
+    return alpha * math.log1p((math.e - 1.0) * fraction)
+
+
+def spending_boundaries(fractions: Sequence[float], alpha: float, rule: str,
+                        *, step: float = 0.01) -> list[float]:
+    """One-sided group-sequential boundaries on the normal scale (upper z critical values).
+
+    For a standardised statistic observed at information fractions ``t_1 < ... < t_L = 1`` (its
+    values at two looks correlated ``sqrt(t_i / t_j)``), the boundaries ``c_j`` satisfy::
+
+        P(Z_1 < c_1, ..., Z_{j-1} < c_{j-1}, Z_j >= c_j) = A(t_j) - A(t_{j-1})
+
+    under the null, ``A`` the spending function of ``rule`` (``obrien_fleming`` or ``pocock``,
+    Lan & DeMets 1983) with ``A(1) = alpha``. Computed by the recursive numerical integration of
+    Armitage, McPherson and Rowe (1969) on the score scale ``S_j = Z_j sqrt(t_j)`` (independent
+    normal increments of variance ``t_j - t_{j-1}``), on a grid of width ``step``, each ``c_j``
+    found by root search (``scipy.optimize.brentq``). ``rule="bonferroni"`` gives
+    ``z_{1 - alpha / L}`` at every look (no integration: valid for any dependence).
+
+    Args:
+        fractions: increasing information fractions in (0, 1]; the last is taken as 1.
+        alpha: one-sided level over all looks.
+        rule: one of :data:`SPENDING_RULES`.
+        step: the integration grid's spacing on the score scale.
+
+    Returns:
+        ``[c_1, ..., c_L]`` (``inf`` where nothing is spent).
+
+    Example (two equally spaced looks, one-sided 2.5 %; gsDesign's ``sfLDOF`` and ``sfLDPocock``
+    give 2.963, 1.969 and 2.157, 2.201):
+        >>> [round(c, 3) for c in spending_boundaries([0.5, 1.0], 0.025, "obrien_fleming")]
+        [2.963, 1.969]
+        >>> [round(c, 3) for c in spending_boundaries([0.5, 1.0], 0.025, "pocock")]
+        [2.157, 2.201]
+    """
+    return list(_boundaries(tuple(float(f) for f in fractions), float(alpha), rule, float(step)))
+
+
+@functools.lru_cache(maxsize=256)
+def _boundaries(fractions: tuple[float, ...], alpha: float, rule: str, step: float) -> tuple[float, ...]:
+    from scipy import optimize, stats
+
+    if rule not in SPENDING_RULES:
+        raise ValueError(BAD_DESIGN.format(detail=f"spending rule {rule!r} not in {SPENDING_RULES}"))
+    t = np.asarray(fractions, dtype=np.float64) / float(fractions[-1])
+    if rule == "bonferroni":
+        return (float(stats.norm.isf(alpha / t.size)),) * int(t.size)
+    spent = [_spent(rule, float(f), alpha) for f in t]
+    increments = np.diff(np.concatenate([[0.0], spent]))
+    bounds: list[float] = []
+    grid = np.zeros(0)
+    density = np.zeros(0)  # sub-density of S_j on the continuation region, on ``grid``
+    previous = 0.0
+    for j, (fraction, pi) in enumerate(zip(t, increments, strict=True)):
+        delta = fraction - previous
+        sd = math.sqrt(delta)
+        if j == 0:
+            c = float(stats.norm.isf(pi)) if pi > 0 else math.inf
+            bounds.append(c)
+            upper = c * math.sqrt(fraction) if math.isfinite(c) else 10.0 * sd
+            grid = _grid(-10.0 * sd, upper, step)
+            density = stats.norm.pdf(grid, scale=sd)
+            previous = fraction
+            continue
+        spacing = grid[1] - grid[0]
+        weights = np.full(grid.size, spacing)
+        weights[[0, -1]] = spacing / 2.0
+        mass = density * weights
+        if pi <= 0:
+            c = math.inf
+        else:
+            low, high = grid[0] - 10 * sd, grid[-1] + 10 * sd
+            b = optimize.brentq(_excess_crossing, low, high, args=(grid, mass, sd, float(pi)), xtol=1e-10)
+            c = b / math.sqrt(fraction)
+        bounds.append(float(c))
+        upper = c * math.sqrt(fraction) if math.isfinite(c) else grid[-1] + 10 * sd
+        new_grid = _grid(grid[0] - 10.0 * sd, upper, step)
+        density = (stats.norm.pdf((new_grid[:, None] - grid[None, :]) / sd) / sd) @ mass
+        grid = new_grid
+        previous = fraction
+    return tuple(bounds)
+
+
+def _grid(low: float, high: float, step: float) -> np.ndarray:
+    """Points from ``low`` to ``high`` (both included) about ``step`` apart."""
+    return np.linspace(low, high, max(math.ceil((high - low) / step) + 1, 3))
+
+
+def _excess_crossing(bound: float, grid: np.ndarray, mass: np.ndarray, sd: float, target: float) -> float:
+    """P(S_{j+1} >= bound, still running at look j) minus ``target``; ``mass`` = the continuation
+    sub-density of ``S_j`` times the quadrature weights on ``grid``, ``sd`` = the increment's SD."""
+    from scipy import stats
+
+    return float(np.sum(mass * stats.norm.sf((bound - grid) / sd))) - target
+
+
+def nominal_levels(fractions: Sequence[float], alpha: float, rule: str) -> list[float]:
+    """The one-sided nominal level of each look: ``1 - Phi(c_j)`` of :func:`spending_boundaries`.
+
+    A look rejects when its (t-test) p-value is below its nominal level (the "significance level"
+    approach of Jennison & Turnbull, 2000, section 3.8, for statistics with estimated variance).
+
+    Example:
+        >>> [round(a, 4) for a in nominal_levels([1.0], 0.05, "obrien_fleming")]
+        [0.05]
+        >>> [round(a, 4) for a in nominal_levels([0.5, 1.0], 0.05, "bonferroni")]
+        [0.025, 0.025]
+    """
+    from scipy import stats
+
+    return [float(stats.norm.sf(c)) for c in spending_boundaries(fractions, alpha, rule)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The design and the plan
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Design:
+    """The stated rule's parameters.
+
+    Attributes:
+        alpha: one-sided level of "adopt a configuration no better than ERM on the test hard tier",
+            over all contenders and looks.
+        selection_looks: cumulative selection seeds per candidate at the end of each selection stage
+            (clipped to the selection pool); None: one stage with the whole pool.
+        keep: how many eligible candidates stay in the race after each stage but the last
+            (``len(selection_looks) - 1`` values).
+        gate: ``best``: the ``contenders`` best eligible candidates are confirmed, whatever their
+            margin over ERM on validation; ``margin``: only ``choose``'s recommendation (beats ERM
+            by more than ERM's seed standard error), none when it is ERM.
+        contenders: how many candidates are confirmed (``alpha`` is split equally among them).
+        confirmation_looks: cumulative fresh seeds at each look of the confirmation (clipped to the
+            confirmation pool); None: one look with the whole pool.
+        spending: how each contender's ``alpha / contenders`` is spread over the looks
+            (:data:`SPENDING_RULES`).
+        futility: at an interim look, a contender whose t statistic is at or below this is dropped
+            (None: never).
+        reference_alone: when no candidate is confirmed, still train ERM on the confirmation seeds
+            to report its test figures (decides nothing).
+    """
+
+    alpha: float = 0.05
+    selection_looks: tuple[int, ...] | None = None
+    keep: tuple[int, ...] = ()
+    gate: Gate = "best"
+    contenders: int = 1
+    confirmation_looks: tuple[int, ...] | None = None
+    spending: Spending = "obrien_fleming"
+    futility: float | None = None
+    reference_alone: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.alpha < 1:
+            problems.append(f"alpha {self.alpha} not in (0, 1)")
+        looks = self.selection_looks
+        if looks is not None and (not looks or looks[0] < 2 or list(looks) != sorted(set(looks))):
+            problems.append(f"selection_looks {looks} must increase from at least 2")
+        if len(self.keep) != (0 if looks is None else len(looks) - 1) or any(k < 1 for k in self.keep):
+            problems.append(f"keep {self.keep} needs one count >= 1 per selection stage but the last")
+        if self.gate not in ("best", "margin"):
+            problems.append(f"gate {self.gate!r} not in ('best', 'margin')")
+        if self.contenders < 1 or (self.gate == "margin" and self.contenders != 1):
+            problems.append(f"contenders {self.contenders} must be >= 1 (1 with gate 'margin')")
+        clooks = self.confirmation_looks
+        if clooks is not None and (not clooks or clooks[0] < 2 or list(clooks) != sorted(set(clooks))):
+            problems.append(f"confirmation_looks {clooks} must increase from at least 2")
+        if self.spending not in SPENDING_RULES:
+            problems.append(f"spending {self.spending!r} not in {SPENDING_RULES}")
+        if problems:
+            raise ValueError(BAD_DESIGN.format(detail="; ".join(problems)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "selection_looks": None if self.selection_looks is None else list(self.selection_looks),
+            "keep": list(self.keep),
+            "gate": self.gate,
+            "contenders": self.contenders,
+            "confirmation_looks": None if self.confirmation_looks is None else list(self.confirmation_looks),
+            "spending": self.spending,
+            "futility": self.futility,
+            "reference_alone": self.reference_alone,
+        }
+
+
+#: ``mr2 tune`` before issue 37 with the advice gated on ``confirmed``.
+BASELINE_DESIGN = Design(gate="margin", reference_alone=True)
+#: The design ``mr2 tune`` uses (see docs/benchmarks/tune-operating-characteristics.md).
+DEFAULT_DESIGN = BASELINE_DESIGN
+
+
+@dataclass(frozen=True)
+class Request:
+    """One trial to run: a candidate on a seed, in a phase (validation figures for ``selection``,
+    test figures for ``confirmation``)."""
+
+    phase: str
+    label: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class Look:
+    """One contender's test at one look of the confirmation.
+
+    Attributes:
+        contender: the candidate tested.
+        look: the look's index (0-based).
+        seeds: the paired seeds tested so far.
+        mean_difference: mean test hard-tier change against ERM (fraction).
+        statistic: the paired t statistic.
+        p_greater: its one-sided p-value.
+        boundary: the nominal level the p-value had to be below at this look.
+        overall_cost: the mean overall change is below minus ERM's seed SE.
+        decision: ``adopt``, ``continue``, ``futility`` (dropped), ``overall_cost`` (ruled out) or
+            ``stop`` (last look, not adopted).
+    """
+
+    contender: str
+    look: int
+    seeds: list[int]
+    mean_difference: float
+    statistic: float
+    p_greater: float
+    boundary: float
+    overall_cost: bool
+    decision: str
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(value: float) -> float | str | None:
+            if math.isnan(value):
+                return None
+            return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+
+        return {"contender": self.contender, "look": self.look, "seeds": self.seeds,
+                "mean_difference": clean(self.mean_difference), "statistic": clean(self.statistic),
+                "p_greater": clean(self.p_greater), "boundary": clean(self.boundary),
+                "overall_cost": self.overall_cost, "decision": self.decision}
+
+
+@dataclass
+class Advice:
+    """What to do, once the plan is finished.
+
+    Attributes:
+        adopt: adopt the chosen configuration (a confirmation rejected "no better than ERM").
+        use: the label to use: the adopted candidate, else the reference.
+        chosen: the contender adopted, else the best contender selection sent to the confirmation
+            (None when none was).
+        verdict: the adopted contender's verdict at the look that adopted it, else the best
+            contender's verdict at its last look (None without a confirmation of a candidate; the
+            reference's own figures when only ERM ran on the confirmation seeds).
+        looks: every contender's test at every look, in order.
+        reason: one of :data:`REASONS`.
+        contenders: the candidates sent to the confirmation, best first.
+        ruled_out: candidate -> why it was ruled out (failed, not eligible, dropped, futility...).
+        design: the design applied.
+    """
+
+    adopt: bool
+    use: str
+    chosen: str | None
+    verdict: Verdict | None
+    looks: list[Look]
+    reason: str
+    contenders: list[str] = field(default_factory=list)
+    ruled_out: dict[str, str] = field(default_factory=dict)
+    design: Design = DEFAULT_DESIGN
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "adopt": self.adopt,
+            "use": self.use,
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "contenders": self.contenders,
+            "verdict": None if self.verdict is None else self.verdict.to_dict(),
+            "looks": [look.to_dict() for look in self.looks],
+            "ruled_out": self.ruled_out,
+            "design": self.design.to_dict(),
+        }
+
+
+def _cumulative(looks: tuple[int, ...] | None, pool: int) -> list[int]:
+    """Cumulative seed counts per stage, clipped to the pool and without repeats."""
+    counts = [pool] if looks is None else [min(n, pool) for n in looks]
+    return sorted(set(counts))
+
+
+class Plan:
+    """The trials of one tune and the advice they lead to (module docstring).
+
+    Args:
+        labels: candidate labels in order, the reference among them.
+        reference: ERM's label.
+        criterion: the selection criterion (:data:`mr2.tune.selection.CRITERIA`).
+        selection_seeds, confirmation_seeds: the seed pools, used from the front.
+        design: the rule's parameters.
+
+    Raises:
+        TuneSelectionError: no reference among the labels, a label twice, fewer than 2 selection
+            seeds, or pools that share a seed.
+
+    Example:
+        >>> plan = Plan(["erm", "a"], selection_seeds=[5, 6], confirmation_seeds=[8, 9],
+        ...             design=BASELINE_DESIGN)
+        >>> [(r.label, r.seed) for r in plan.next_round()]
+        [('erm', 5), ('a', 5), ('erm', 6), ('a', 6)]
+        >>> plan.max_trainings()  # 2 x 2 selection, 2 x 2 confirmation
+        8
+    """
+
+    def __init__(self, labels: Sequence[str], *, reference: str = "erm", criterion: str = "hard_tier",
+                 selection_seeds: Sequence[int], confirmation_seeds: Sequence[int],
+                 design: Design = DEFAULT_DESIGN) -> None:
+        self.labels = [str(label) for label in labels]
+        seen: set[str] = set()
+        for label in self.labels:
+            if label in seen:
+                raise TuneSelectionError(DUPLICATE_LABEL.format(label=label))
+            seen.add(label)
+        if reference not in seen:
+            raise TuneSelectionError(NO_REFERENCE.format(reference=reference, labels=self.labels))
+        self.reference = reference
+        self.criterion = criterion
+        self.selection_seeds = [int(s) for s in selection_seeds]
+        self.confirmation_seeds = [int(s) for s in confirmation_seeds]
+        if len(self.selection_seeds) < 2:
+            raise TuneSelectionError(TOO_FEW_SELECTION_SEEDS.format(count=len(self.selection_seeds)))
+        shared = sorted(set(self.selection_seeds) & set(self.confirmation_seeds))
+        if shared:
+            raise TuneSelectionError(SEEDS_OVERLAP.format(seeds=shared))
+        self.design = design
+        self._stages = _cumulative(design.selection_looks, len(self.selection_seeds))
+        pool = len(self.confirmation_seeds)
+        self._looks = _cumulative(design.confirmation_looks, pool) if pool >= 2 else []
+        self._looks = [n for n in self._looks if n >= 2]
+        self._levels: list[float] = []
+        self._validation: dict[str, dict[int, ValidationFigures]] = {label: {} for label in self.labels}
+        self._test: dict[str, dict[int, SeedFigures]] = {label: {} for label in self.labels}
+        self._active = [label for label in self.labels if label != reference]  # in the race
+        self._ruled_out: dict[str, str] = {}
+        self._outstanding: set[Request] = set()
+        self._issued: set[Request] = set()
+        self._cancelled: set[Request] = set()
+        self._phase = SELECTION
+        self._stage = 0  # the selection stage / confirmation look whose round is out (or next)
+        self._started = False  # the current stage's round was issued
+        self._done = False
+        self._choice: Choice | None = None
+        self._contenders: list[str] = []
+        self._looks_done: list[Look] = []
+        self._verdicts: dict[str, Verdict] = {}
+        self._adopted: str | None = None
+        self._reason = ""
+        self._trainings = 0
+
+    # -- what the driver asks -----------------------------------------------------------------
+
+    @property
+    def choice(self) -> Choice | None:
+        """The selection's :class:`~mr2.tune.selection.Choice` once selection is over (else None)."""
+        return self._choice
+
+    @property
+    def hard_classes(self) -> list[int]:
+        """The confirmation's hard classes (:attr:`Choice.hard_classes`), fixed at the end of
+        selection; [] before."""
+        return [] if self._choice is None else self._choice.hard_classes
+
+    @property
+    def contenders(self) -> list[str]:
+        """The candidates sent to the confirmation, best first ([] before the end of selection)."""
+        return list(self._contenders)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def trainings(self) -> int:
+        """Trials requested so far."""
+        return self._trainings
+
+    def next_round(self) -> list[Request]:
+        """The trials to run now, seed-major (reference first in each seed); [] when finished.
+
+        Raises:
+            TuneSelectionError: the previous round still has trials without a result.
+        """
+        if self._outstanding:
+            missing = sorted(self._outstanding, key=lambda r: (r.seed, r.label))
+            raise TuneSelectionError(ROUND_NOT_DONE.format(
+                missing=", ".join(f"{r.label}@{r.seed}" for r in missing)))
+        while not self._done:
+            if self._started:
+                self._evaluate()
+                continue
+            requests = self._round()
+            self._started = True
+            if requests:
+                self._outstanding = set(requests)
+                self._issued.update(requests)
+                self._trainings += len(requests)
+                return requests
+        return []
+
+    def record_validation(self, label: str, seed: int, figures: ValidationFigures) -> None:
+        """A selection trial's validation figures."""
+        request = self._take(SELECTION, label, seed)
+        if request is not None:
+            self._validation[request.label][request.seed] = figures
+
+    def record_test(self, label: str, seed: int, figures: SeedFigures) -> None:
+        """A confirmation trial's test figures (:func:`mr2.tune.verdict.seed_figures` on
+        :attr:`hard_classes`)."""
+        request = self._take(CONFIRMATION, label, seed)
+        if request is not None:
+            self._test[request.label][request.seed] = figures
+
+    def record_failure(self, phase: str, label: str, seed: int, reason: str) -> None:
+        """A trial failed: the candidate is ruled out and gets no more requests; its other trials of
+        the round are no longer awaited (their results, if they come, are ignored).
+
+        Raises:
+            TuneSelectionError: the reference failed (nothing to compare with).
+        """
+        request = self._take(phase, label, seed)
+        if request is None:
+            return
+        if request.label == self.reference:
+            raise TuneSelectionError(REFERENCE_FAILED.format(reference=self.reference, phase=phase,
+                                                             seed=seed, reason=reason))
+        self._ruled_out.setdefault(request.label, FAILED.format(reason=reason))
+        if request.label in self._active:
+            self._active.remove(request.label)
+        # Its other trials of this round are no longer awaited.
+        cancelled = {r for r in self._outstanding if r.label == request.label}
+        self._outstanding -= cancelled
+        self._cancelled |= cancelled
+
+    def advice(self) -> Advice:
+        """What to do (only once :meth:`next_round` returned [])."""
+        if not self._done:
+            raise TuneSelectionError(NOT_DONE)
+        best = self._adopted or (self._contenders[0] if self._contenders else None)
+        verdict = self._verdicts.get(best) if best is not None else self._verdicts.get(self.reference)
+        return Advice(
+            adopt=self._adopted is not None,
+            use=self._adopted or self.reference,
+            chosen=best,
+            verdict=verdict,
+            looks=list(self._looks_done),
+            reason=self._reason,
+            contenders=list(self._contenders),
+            ruled_out=dict(self._ruled_out),
+            design=self.design,
+        )
+
+    def max_trainings(self) -> int:
+        """The most trials this plan can request (no failure): every stage and look run in full."""
+        total, previous = 0, 0
+        racing = len(self.labels) - 1
+        for j, n in enumerate(self._stages):
+            total += (1 + racing) * (n - previous)
+            previous = n
+            if j < len(self.design.keep):
+                racing = min(racing, self.design.keep[j])
+        m = 1 if self.design.gate == "margin" else min(self.design.contenders, racing)
+        looks = self._looks[-1] if self._looks else 0
+        if self.design.reference_alone or m > 0:
+            total += looks * (1 + m)
+        return total
+
+    def expected_trainings(self) -> int:
+        """The trials a tune of this plan is expected to request.
+
+        Exact for a design with one confirmation look (its trainings do not depend on the results,
+        except that :data:`BASELINE_DESIGN` trains only ERM when ERM is chosen: counted as the
+        maximum). For sequential designs: the mean of the operating-characteristics simulation
+        (docs/benchmarks/tune-operating-characteristics.md).
+        """
+        return self.max_trainings()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _take(self, phase: str, label: str, seed: int) -> Request | None:
+        """The awaited request these figures answer (None: one no longer awaited, to ignore)."""
+        if phase not in PHASES:
+            raise TuneSelectionError(UNKNOWN_PHASE.format(value=phase))
+        if label not in self._validation:
+            raise TuneSelectionError(UNKNOWN_LABEL.format(label=label, labels=self.labels))
+        request = Request(phase, label, int(seed))
+        if request in self._cancelled:
+            self._cancelled.discard(request)
+            return None
+        if request not in self._outstanding:
+            template = ALREADY_RECORDED if request in self._issued else NOT_REQUESTED
+            raise TuneSelectionError(template.format(phase=phase, label=label, seed=seed))
+        self._outstanding.discard(request)
+        return request
+
+    def _round(self) -> list[Request]:
+        """The requests of the current stage or look (may be empty)."""
+        if self._phase == SELECTION:
+            previous = self._stages[self._stage - 1] if self._stage else 0
+            seeds = self.selection_seeds[previous:self._stages[self._stage]]
+            labels = [self.reference, *self._active]
+        else:
+            previous = self._looks[self._stage - 1] if self._stage else 0
+            seeds = self.confirmation_seeds[previous:self._looks[self._stage]]
+            labels = [self.reference, *self._active]
+        ordered = [label for label in self.labels if label in set(labels)]
+        ordered.remove(self.reference)
+        return [Request(self._phase, label, seed) for seed in seeds for label in [self.reference, *ordered]]
+
+    def _selection_runs(self, labels: Sequence[str]) -> dict[str, list[ValidationFigures]]:
+        return {label: [self._validation[label][s] for s in sorted(self._validation[label],
+                                                                  key=self.selection_seeds.index)]
+                for label in self.labels if label in set(labels)}
+
+    def _ranked(self, choice: Choice) -> list[str]:
+        """Eligible candidates by mean score, best first (ties: the earlier candidate)."""
+        order = {label: i for i, label in enumerate(self.labels)}
+        eligible = [s for s in choice.scores
+                    if s.label != self.reference and s.eligible and not math.isnan(s.mean)]
+        eligible.sort(key=lambda s: (-s.mean, order[s.label]))
+        return [s.label for s in eligible]
+
+    def _evaluate(self) -> None:
+        """The current round's results are in: decide, and move to the next stage, look or the end."""
+        self._started = False
+        if self._phase == SELECTION:
+            self._evaluate_selection()
+        else:
+            self._evaluate_confirmation()
+
+    def _evaluate_selection(self) -> None:
+        seeds = self.selection_seeds[:self._stages[self._stage]]
+        runs = self._selection_runs([self.reference, *self._active])
+        choice = choose(runs, self.criterion, self.reference, seeds=seeds)
+        for score in choice.scores:
+            if score.label != self.reference and not score.eligible:
+                self._ruled_out.setdefault(score.label, f"not eligible: {score.reason}")
+        ranked = self._ranked(choice)
+        if self._stage < len(self._stages) - 1:
+            keep = self.design.keep[self._stage] if self._stage < len(self.design.keep) else len(ranked)
+            for label in ranked[keep:]:
+                self._ruled_out.setdefault(label, DROPPED.format(stage=self._stage + 1, keep=keep))
+            self._active = ranked[:keep]
+            self._stage += 1
+            return
+        self._choice = choice
+        if self.design.gate == "margin":
+            self._contenders = [] if choice.is_reference else [choice.recommended]
+        else:
+            self._contenders = ranked[:self.design.contenders]
+        self._active = list(self._contenders)
+        self._phase, self._stage = CONFIRMATION, 0
+        if not self._looks:
+            self._finish(NO_CONFIRMATION if self._contenders else self._no_contender_reason(ranked))
+            return
+        if not self._contenders:
+            if self.design.reference_alone:
+                self._looks = self._looks[-1:]  # one round: ERM's figures only
+                return
+            self._finish(self._no_contender_reason(ranked))
+            return
+        fractions = [n / self._looks[-1] for n in self._looks]
+        self._levels = nominal_levels(fractions, self.design.alpha / len(self._contenders),
+                                      self.design.spending)
+
+    def _no_contender_reason(self, ranked: list[str]) -> str:
+        return ERM_CHOSEN if ranked else (ALL_FAILED if self._all_failed() else NO_ELIGIBLE)
+
+    def _all_failed(self) -> bool:
+        others = [label for label in self.labels if label != self.reference]
+        return bool(others) and all(self._ruled_out.get(label, "").startswith("failed") for label in others)
+
+    def _evaluate_confirmation(self) -> None:
+        reference = self._test[self.reference]
+        if not self._contenders:  # ERM alone (reference_alone): its figures, nothing to decide
+            if len(reference) >= 2:
+                self._verdicts[self.reference] = judge_figures(
+                    reference, None, hard_classes=self.hard_classes, reference_label=self.reference,
+                    alpha=self.design.alpha)
+            ranked = self._ranked(self._choice) if self._choice is not None else []
+            self._finish(self._no_contender_reason(ranked))
+            return
+        last = self._stage == len(self._looks) - 1
+        level = self._levels[self._stage]
+        adoptable: list[tuple[float, str]] = []
+        for label in list(self._active):
+            verdict = judge_figures(reference, self._test[label], hard_classes=self.hard_classes,
+                                    reference_label=self.reference, chosen_label=label, alpha=level)
+            self._verdicts[label] = verdict
+            crossed = verdict.p_greater < level
+            if verdict.outcome == CONFIRMED:
+                decision = ADOPT
+                adoptable.append((verdict.mean_difference, label))
+            elif crossed:
+                decision = OVERALL_COST
+            elif last:
+                decision = STOP
+            elif self.design.futility is not None and verdict.t_statistic <= self.design.futility:
+                decision = FUTILITY
+            else:
+                decision = CONTINUE
+            self._looks_done.append(Look(label, self._stage, verdict.seeds, verdict.mean_difference,
+                                         verdict.t_statistic, verdict.p_greater, level,
+                                         verdict.overall_cost, decision))
+            if decision in (OVERALL_COST, FUTILITY):
+                self._active.remove(label)
+                self._ruled_out[label] = (
+                    "significant on the hard tier but overall accuracy worse beyond noise"
+                    if decision == OVERALL_COST else f"futility at look {self._stage + 1}")
+        if adoptable:
+            order = {label: i for i, label in enumerate(self.labels)}
+            self._adopted = max(adoptable, key=lambda item: (item[0], -order[item[1]]))[1]
+            self._finish(CONFIRMED_REASON)
+            return
+        if last or not self._active:
+            self._finish(self._final_reason())
+            return
+        self._stage += 1
+
+    def _final_reason(self) -> str:
+        decisions = {look.contender: look.decision for look in self._looks_done}
+        if any(d == OVERALL_COST for d in decisions.values()):
+            return OVERALL_COST
+        if any(v.p_less < self.design.alpha for label, v in self._verdicts.items() if label in decisions):
+            return CONTRADICTED
+        if self._contenders and all(label in self._ruled_out and label not in decisions
+                                    for label in self._contenders):
+            return ALL_FAILED
+        return INCONCLUSIVE
+
+    def _finish(self, reason: str) -> None:
+        self._reason = reason
+        self._active = []
+        self._done = True

@@ -1,0 +1,234 @@
+"""The tune's design (mr2.tune.design): the state machine of a Plan and its decision rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mr2.tune.design import (
+    BASELINE_DESIGN,
+    DEFAULT_DESIGN,
+    Design,
+    Plan,
+    Request,
+    nominal_levels,
+    spending_boundaries,
+)
+from mr2.tune.selection import TuneSelectionError, ValidationFigures
+from mr2.tune.verdict import SeedFigures
+
+K = 6
+N_HALF = 10  # validation samples per class and half
+
+
+def _val(label: str, seed: int, hard: float, easy: float = 0.9, overall: float | None = None) -> ValidationFigures:
+    """Validation figures with the given accuracy on classes 0-1 (ERM's hard tier) and on the others."""
+    per_class = [hard, hard, 0.7, 0.7, easy, easy]
+    correct = tuple(round(a * N_HALF) for a in per_class)
+    mean = sum(per_class) / K
+    return ValidationFigures(f"{label}@{seed}", seed, mean if overall is None else overall, tuple(per_class),
+                             half_correct=(correct, correct), half_count=((N_HALF,) * K, (N_HALF,) * K))
+
+
+def _drive(plan: Plan, validation, test, fail=frozenset()) -> list[list[Request]]:
+    """Run the plan to its end; ``validation(label, seed)``, ``test(label, seed)`` give the figures,
+    ``fail`` holds (phase, label, seed) to fail."""
+    rounds = []
+    while True:
+        requests = plan.next_round()
+        if not requests:
+            return rounds
+        rounds.append(requests)
+        for r in requests:
+            if (r.phase, r.label, r.seed) in fail:
+                plan.record_failure(r.phase, r.label, r.seed, "boom")
+            elif r.phase == "selection":
+                plan.record_validation(r.label, r.seed, validation(r.label, r.seed))
+            else:
+                plan.record_test(r.label, r.seed, test(r.label, r.seed))
+
+
+def _selection(best: str | None, lift: float = 0.3):
+    """Validation: ``best`` has ``lift`` more on the hard tier; small seed noise everywhere."""
+    def figures(label: str, seed: int) -> ValidationFigures:
+        noise = 0.1 * ((seed * 7 + len(label)) % 3 - 1)
+        return _val(label, seed, 0.4 + noise + (lift if label == best else 0.0))
+    return figures
+
+
+def _test(gain: dict[str, float], overall_gain: dict[str, float] | None = None, spread: float = 0.002):
+    """Test figures: ERM's hard tier 0.5 (+ seed noise), each candidate ``gain`` above it."""
+    overall_gain = overall_gain or {}
+
+    def figures(label: str, seed: int) -> SeedFigures:
+        noise = spread * math.sin(3.1 * seed + len(label))
+        return SeedFigures(0.5 + gain.get(label, 0.0) + noise, 0.8 + overall_gain.get(label, 0.0) + noise / 10)
+    return figures
+
+
+LABELS = ["erm", "a", "b", "c"]
+
+
+def test_baseline_requests_are_seed_major_reference_first_and_never_repeated():
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    assert plan.max_trainings() == 4 * 3 + 2 * 3
+    rounds = _drive(plan, _selection("b"), _test({"b": 0.05}))
+    assert [(r.label, r.seed) for r in rounds[0]] == [(label, s) for s in (5, 6, 7) for label in LABELS]
+    assert {r.phase for r in rounds[0]} == {"selection"}
+    assert [(r.phase, r.label, r.seed) for r in rounds[1]] == [
+        ("confirmation", label, s) for s in (8, 9, 10) for label in ("erm", "b")]
+    everything = [r for round_ in rounds for r in round_]
+    assert len(everything) == len(set(everything)) == plan.trainings == 18
+    assert plan.next_round() == [] and plan.next_round() == []
+    assert plan.choice is not None and plan.choice.recommended == "b"
+    assert plan.hard_classes == [0, 1]
+    advice = plan.advice()
+    assert (advice.adopt, advice.use, advice.chosen, advice.reason) == (True, "b", "b", "confirmed")
+    assert advice.verdict is not None and advice.verdict.outcome == "confirmed"
+    assert [look.decision for look in advice.looks] == ["adopt"]
+    assert advice.to_dict()["use"] == "b"
+
+
+def test_supported_is_not_adopted():
+    """A positive but not significant change (the old ``supported``) keeps ERM."""
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    _drive(plan, _selection("a"), _test({"a": 0.001}, spread=0.02))
+    advice = plan.advice()
+    assert advice.verdict is not None and advice.verdict.mean_difference > 0
+    assert advice.verdict.outcome == "supported"
+    assert (advice.adopt, advice.use, advice.chosen, advice.reason) == (False, "erm", "a", "inconclusive")
+
+
+def test_a_significant_gain_that_costs_overall_accuracy_is_not_adopted():
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    _drive(plan, _selection("a"), _test({"a": 0.05}, {"a": -0.02}))
+    advice = plan.advice()
+    assert (advice.adopt, advice.use, advice.reason) == (False, "erm", "overall_cost")
+    assert advice.verdict is not None and advice.verdict.p_greater < 0.05 and advice.verdict.overall_cost
+
+
+def test_a_significantly_worse_choice_is_contradicted():
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    _drive(plan, _selection("a"), _test({"a": -0.05}))
+    advice = plan.advice()
+    assert (advice.adopt, advice.use, advice.reason) == (False, "erm", "contradicted")
+
+
+def test_erm_chosen_baseline_trains_erm_alone_and_default_skips_the_confirmation():
+    baseline = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    rounds = _drive(baseline, _selection(None), _test({}))
+    assert baseline.choice is not None and baseline.choice.is_reference
+    assert [(r.label, r.seed) for r in rounds[1]] == [("erm", 8), ("erm", 9), ("erm", 10)]
+    advice = baseline.advice()
+    assert (advice.adopt, advice.use, advice.chosen, advice.reason) == (False, "erm", None, "erm_chosen")
+    assert advice.verdict is not None and advice.verdict.outcome == "nothing to confirm"
+    skipping = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10],
+                    design=Design(gate="margin", reference_alone=False))
+    rounds = _drive(skipping, _selection(None), _test({}))
+    assert len(rounds) == 1 and skipping.trainings == 12
+    assert skipping.advice().reason == "erm_chosen" and skipping.advice().verdict is None
+
+
+def test_a_failed_candidate_gets_no_more_requests_and_is_ruled_out():
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10],
+                design=Design(selection_looks=(2, 3), keep=(2,), contenders=2, confirmation_looks=(3,)))
+    rounds = _drive(plan, _selection("c"), _test({"c": 0.05}), fail={("selection", "a", 5)})
+    assert [(r.label, r.seed) for r in rounds[0]] == [(label, s) for s in (5, 6) for label in LABELS]
+    later = [r.label for round_ in rounds[1:] for r in round_]
+    assert "a" not in later
+    assert [(r.label, r.seed) for r in rounds[1]] == [("erm", 7), ("b", 7), ("c", 7)]
+    advice = plan.advice()
+    assert advice.ruled_out["a"] == "failed (boom)"
+    assert advice.contenders == ["c", "b"] and advice.use == "c" and advice.adopt
+
+
+def test_a_contender_failing_in_the_confirmation_is_ruled_out():
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    _drive(plan, _selection("a"), _test({"a": 0.05}), fail={("confirmation", "a", 9)})
+    advice = plan.advice()
+    assert (advice.adopt, advice.use, advice.reason) == (False, "erm", "failed")
+    assert advice.ruled_out["a"] == "failed (boom)"
+
+
+@pytest.mark.parametrize("phase", ["selection", "confirmation"])
+def test_a_failed_reference_is_an_error(phase):
+    plan = Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10], design=BASELINE_DESIGN)
+    with pytest.raises(TuneSelectionError, match="the reference 'erm' failed"):
+        _drive(plan, _selection("a"), _test({"a": 0.05}), fail={(phase, "erm", 5 if phase == "selection" else 8)})
+
+
+def test_protocol_errors():
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=[8, 9], design=BASELINE_DESIGN)
+    first = plan.next_round()
+    with pytest.raises(TuneSelectionError, match="not finished"):
+        plan.next_round()
+    with pytest.raises(TuneSelectionError, match="was not requested"):
+        plan.record_validation("a", 8, _val("a", 8, 0.5))
+    with pytest.raises(TuneSelectionError, match="unknown candidate"):
+        plan.record_validation("zz", 5, _val("zz", 5, 0.5))
+    with pytest.raises(TuneSelectionError, match="unknown phase"):
+        plan.record_failure("training", "a", 5, "x")
+    plan.record_validation("a", 5, _val("a", 5, 0.5))
+    with pytest.raises(TuneSelectionError, match="already recorded"):
+        plan.record_validation("a", 5, _val("a", 5, 0.5))
+    with pytest.raises(TuneSelectionError, match="not finished"):
+        plan.advice()
+    assert len(first) == 8
+    with pytest.raises(TuneSelectionError, match="disjoint"):
+        Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=[6, 7])
+    with pytest.raises(TuneSelectionError, match="not among"):
+        Plan(["a", "b"], selection_seeds=[5, 6], confirmation_seeds=[8, 9])
+    with pytest.raises(ValueError, match="invalid design"):
+        Design(selection_looks=(1, 3), keep=(2,))
+
+
+def test_pools_cap_the_looks_and_the_trainings():
+    design = Design(selection_looks=(2, 4), keep=(1,), contenders=1, confirmation_looks=(3, 6))
+    plan = Plan(LABELS, selection_seeds=[1, 2, 3], confirmation_seeds=[8, 9, 10, 11], design=design)
+    # Selection: 4 x 2 + (1 + 1) x 1; confirmation: 2 x 4.
+    assert plan.max_trainings() == 8 + 2 + 8
+    rounds = _drive(plan, _selection("b"), _test({"b": 0.0}, spread=0.02))
+    assert [len(r) for r in rounds] == [8, 2, 6, 2]
+    assert plan.trainings == sum(len(r) for r in rounds) <= plan.max_trainings()
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision rule against slow, obvious oracles
+# ---------------------------------------------------------------------------------------------
+
+def test_spending_boundaries_match_published_values():
+    # gsDesign (Anderson), sfLDOF / sfLDPocock, one-sided 0.025, equally spaced looks.
+    assert spending_boundaries([0.5, 1], 0.025, "obrien_fleming") == pytest.approx([2.9626, 1.9686], abs=2e-4)
+    assert spending_boundaries([0.5, 1], 0.025, "pocock") == pytest.approx([2.1570, 2.2009], abs=2e-4)
+    # One look is the fixed-sample test; Bonferroni splits the level evenly.
+    assert nominal_levels([1.0], 0.05, "pocock") == pytest.approx([0.05])
+    assert nominal_levels([1 / 3, 2 / 3, 1], 0.05, "bonferroni") == pytest.approx([0.05 / 3] * 3)
+
+
+@pytest.mark.parametrize("rule", ["obrien_fleming", "pocock"])
+def test_spending_boundaries_spend_their_level_by_monte_carlo(rule):
+    """Brownian motion observed at the looks: the crossing probabilities per look are the spent ones."""
+    fractions = np.array([0.3, 0.6, 1.0])
+    bounds = np.array(spending_boundaries(fractions, 0.05, rule))
+    rng = np.random.default_rng(0)
+    reps = 400_000
+    score = np.cumsum(rng.normal(size=(reps, 3)) * np.sqrt(np.diff(np.concatenate([[0], fractions]))), axis=1)
+    z = score / np.sqrt(fractions)
+    crossed = z >= bounds
+    first = np.where(crossed.any(1), crossed.argmax(1), -1)
+    observed = np.array([(first == j).mean() for j in range(3)])
+    if rule == "obrien_fleming":
+        from scipy import stats
+        spent = 2 * stats.norm.sf(stats.norm.isf(0.025) / np.sqrt(fractions))
+    else:
+        spent = 0.05 * np.log1p((math.e - 1) * fractions)
+    expected = np.diff(np.concatenate([[0], spent]))
+    assert np.all(np.abs(observed - expected) <= 4 * np.sqrt(expected / reps) + 1e-4), (observed, expected)
+    assert observed.sum() == pytest.approx(0.05, abs=0.002)
+
+
+def test_default_design_is_valid():
+    assert 0 < DEFAULT_DESIGN.alpha <= 0.05
+    Plan(LABELS, selection_seeds=[5, 6, 7], confirmation_seeds=[8, 9, 10])
