@@ -5,6 +5,7 @@ gives."""
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -223,17 +224,80 @@ def test_two_processes_equal_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_num_classes_above_the_limit_is_refused_before_allocating() -> None:
-    # 10**6 classes would be an 8 TB K x K state: refused at construction, with the size it would take.
+    # 10**6 classes would be an 8 TB K x K state (32 TB at the peak): refused at construction, naming
+    # the peak, the state and the limit, whatever the machine (max_bytes fixes the limit here).
     with pytest.raises(ReportError) as info:
-        ClasswiseDisparity(10**6)
+        ClasswiseDisparity(10**6, max_bytes=10**12)
     assert str(info.value) == metric_module.NUM_CLASSES_TOO_LARGE.format(
-        value=10**6, limit=metric_module.MAX_NUM_CLASSES, size="8.0 TB"
+        value=10**6, peak="32.0 TB", matrices=4, size="8.0 TB",
+        limit=metric_module.LIMIT_GIVEN.format(value=10**12, size="1.0 TB"), remedy=metric_module.REMEDY_GIVEN,
     )
-    assert metric_module.MAX_NUM_CLASSES == 100_000
     for bad in (True, 2.0, "3", -1):
         with pytest.raises(ReportError) as info:
             ClasswiseDisparity(bad)  # type: ignore[arg-type]
         assert str(info.value) == metric_module.NUM_CLASSES_INVALID.format(value=bad)
+    for bad in (0, -5, 1.5, "1e9", True):
+        with pytest.raises(ReportError) as info:
+            ClasswiseDisparity(3, max_bytes=bad)  # type: ignore[arg-type]
+        assert str(info.value) == metric_module.MAX_BYTES_INVALID.format(value=bad)
+
+
+def test_the_limit_is_the_peak_not_the_state() -> None:
+    # K = 1000: a state of 8 MB, a peak of 32 MB. A limit between the two refuses it; the peak fits.
+    assert metric_module.peak_bytes(1000) == 4 * 8 * 1000**2
+    with pytest.raises(ReportError, match=r"would take 32\.0 MB of memory at its peak"):
+        ClasswiseDisparity(1000, max_bytes=16 * 10**6)
+    metric = ClasswiseDisparity(1000, max_bytes=32 * 10**6)
+    assert metric.confusion.shape == (1000, 1000)
+
+
+LIMITED_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+from mr2.metrics import ClasswiseDisparity
+from mr2.report.exceptions import ReportError
+try:
+    ClasswiseDisparity(int(sys.argv[1]))
+except ReportError as error:
+    print("refused", error)
+"""
+
+PEAK_CHILD = """
+import resource, sys, warnings
+import torch
+from mr2.metrics import ClasswiseDisparity
+warnings.simplefilter("ignore")  # the classes without samples
+k = int(sys.argv[1])
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+metric = ClasswiseDisparity(k)
+metric.update(torch.randint(0, k, (1000,)), torch.randint(0, k, (1000,)))
+report = metric.compute()
+metric.reset()  # the report held meanwhile: the state, its reset copy, the report's and the new state
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base) / (8 * k**2))
+"""
+
+
+def _child(code: str, *args: str) -> str:
+    completed = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return completed.stdout
+
+
+def test_a_k_that_cannot_fit_the_address_space_is_a_report_error() -> None:
+    # Under a 4 GB address space (torch alone maps about 3 GB of it), K = 30,000 (7.2 GB of state,
+    # 28.8 GB at the peak) is refused with the memory named, not a raw RuntimeError of the allocator.
+    line = _child(LIMITED_CHILD, "30000")
+    assert line.startswith("refused ClasswiseDisparity(30000) would take 28.8 GB of memory at its peak")
+    assert "this process can allocate now" in line and "max_bytes=N" in line and line.count("\n") == 1
+
+
+def test_the_stated_peak_is_what_the_metric_takes() -> None:
+    # K = 3000 (a 72 MB state): construction, update, compute and reset while the report is held take
+    # at most PEAK_MATRICES states, plus a fixed overhead that does not grow with K.
+    peak = float(_child(PEAK_CHILD, "3000"))
+    assert 2.5 < peak <= metric_module.PEAK_MATRICES + 0.5  # resident pages: 3.5 to 4.2 measured
 
 
 @pytest.mark.parametrize("tiers", [0, 3, "easy", [0, 1, 2]])

@@ -5,15 +5,36 @@ Every figure comes from a K x K int64 confusion matrix, ``8 K^2`` bytes per run:
 or else from its largest class id, so one stray id (30,000, 1e9, the int64 maximum) in a 60-row file
 would otherwise ask for gigabytes to exabytes. The readers refuse a K above the limit, naming the file
 and the label, before allocating.
+
+A predictions file is read whole, so what it declares is bounded too: the arrays of one file may take
+at most :data:`DEFAULT_MAX_ARRAY_BYTES` once read (uncompressed; ``mr2 report --max-array-bytes``
+raises it), checked from the archive's headers before any array is loaded, whatever the compression.
+
+What a metric will allocate is compared with :func:`allocatable_bytes`, the memory this process can
+still get (the system's available memory, the container's and the address-space limit's headroom).
 """
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_MAX_CLASSES", "confusion_bytes", "format_bytes"]
+import resource
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_MAX_ARRAY_BYTES",
+    "DEFAULT_MAX_CLASSES",
+    "allocatable_bytes",
+    "confusion_bytes",
+    "format_bytes",
+]
 
 #: The largest K a predictions file may make (``mr2 report --max-classes`` raises it): 800 MB per
 #: run's confusion matrix. iNaturalist 2021 has 10,000 classes; ImageNet-21k needs the flag.
 DEFAULT_MAX_CLASSES = 10_000
+
+#: The most bytes the arrays of one predictions file may take once read (uncompressed): 125 million
+#: class ids of each of y_true and y_pred as int32, or 50,000 x 2,500 float64 logits. The reader's
+#: peak is about twice what the file declares (the arrays, and int64 / float64 copies of a part).
+DEFAULT_MAX_ARRAY_BYTES = 10**9
 
 
 def confusion_bytes(num_classes: int) -> int:
@@ -35,3 +56,56 @@ def format_bytes(size: int) -> str:
             return f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} EB"
+
+
+def _meminfo_bytes(field: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _address_space_left() -> int | None:
+    """What ``RLIMIT_AS`` (``ulimit -v``) leaves above this process's current address space."""
+    try:
+        limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if limit == resource.RLIM_INFINITY:
+            return None
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(limit - int(line.split()[1]) * 1024, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_left() -> int | None:
+    """What the container's memory limit (cgroup v2 ``memory.max``) leaves above its current use."""
+    try:
+        root = Path("/sys/fs/cgroup")
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(int(limit) - int((root / "memory.current").read_text()), 0)
+    except (OSError, ValueError):
+        return None
+
+
+def allocatable_bytes() -> int | None:
+    """The memory this process can still allocate: the smaller of the system's available memory
+    (``MemAvailable``), the container's headroom (cgroup ``memory.max``) and the address-space limit's
+    (``RLIMIT_AS``); None where none of them is known (not Linux).
+
+    >>> free = allocatable_bytes()
+    >>> free is None or free >= 0
+    True
+    """
+    known = [
+        value
+        for value in (_meminfo_bytes("MemAvailable"), _cgroup_left(), _address_space_left())
+        if value is not None
+    ]
+    return min(known) if known else None

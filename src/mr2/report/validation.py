@@ -43,6 +43,6 @@ def validate_confusion(confusion: ArrayLike | torch.Tensor) -> NDArray[np.int64]
             raise ReportError(CONFUSION_NOT_COUNTS.format(problem="non-finite entries"))
         if not np.all(matrix == np.round(matrix)):
             raise ReportError(CONFUSION_NOT_COUNTS.format(problem="fractional entries"))
-    if np.any(matrix < 0):
+    if matrix.size and matrix.min() < 0:  # no K x K boolean temporary
         raise ReportError(CONFUSION_NOT_COUNTS.format(problem="negative entries"))
-    return matrix.astype(np.int64)
+    return matrix.astype(np.int64, copy=False)  # np.array made the copy: no second one
