@@ -1,26 +1,29 @@
 """What tune prints says what it means: labelled ±, the criterion's column, the validation size and
-its warning, ERM explained at first use, the verdict's advice and paste block."""
+its warning, ERM explained at first use, the advice (printed last) and the block to use."""
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
 
 import numpy as np
 import pytest
+import yaml
 
-from mr2.report.tiers import TierSplit
+from mr2.tune.candidates import Candidate
+from mr2.tune.design import Advice, Design
 from mr2.tune.selection import ValidationFigures, choose, rule_text
 from mr2.tune.text import (
     ERM_AT_FIRST_USE,
     SMALL_VALIDATION_WARNING,
+    advice_text,
     choice_table,
     choice_text,
-    hard_tier_note,
-    verdict_text,
+    design_text,
+    verdict_lines,
 )
 from mr2.tune.verdict import OUTCOMES, SeedFigures, judge_figures
-
-PASTE = "method:\n  name: mr2\n  options:\n    variant: paper\n"
 
 
 def _runs(per_class: int, seed: int = 0, missing: bool = False) -> dict[str, list[ValidationFigures]]:
@@ -67,11 +70,6 @@ def test_every_plus_minus_says_what_it_is():
     choice = choose(_runs(40, missing=True), seeds=[0, 1, 2])
     assert _check_plus_minus_labelled(choice_text(choice)) == 1 + 6  # the legend, 3 candidates x 2 columns
     assert _check_plus_minus_labelled(rule_text("hard_tier")) == 1
-    erm = {3: SeedFigures(0.70, 0.90), 4: SeedFigures(0.72, 0.91), 5: SeedFigures(0.71, 0.90)}
-    new = {3: SeedFigures(0.74, 0.90), 4: SeedFigures(0.70, 0.91), 5: SeedFigures(0.73, 0.90)}
-    assert _check_plus_minus_labelled(verdict_text(judge_figures(erm, new), PASTE)) == 2
-    assert "(seed SE over 3 seeds)" in verdict_text(judge_figures(erm, new), PASTE)
-    assert "± SD 3.06 over 3 seeds" in verdict_text(judge_figures(erm, new), PASTE)
 
 
 @pytest.mark.parametrize(("criterion", "column"), [
@@ -95,7 +93,8 @@ def test_the_validation_size_is_named_and_a_small_one_warned(per_class, half, wa
     warning = SMALL_VALIDATION_WARNING.format(median=half, min=half, limit=50)
     assert (warning in text) == warned
     if warned:
-        assert "scores this noisy choose ERM most of the time" in text
+        assert "which candidate goes to the confirmation is largely noise" in text
+        assert "choose ERM most of the time" not in text  # it does not: the rule is scale-free
     hard = ", ".join(str(k) for k in choose(_runs(per_class)).hard_classes)
     assert f"test hard tier (ranked on all of ERM's validation samples): {hard}." in text
     # The other criteria score on all of a class's validation samples.
@@ -122,65 +121,79 @@ def test_erm_is_explained_at_first_use():
     # In the table, the reference's label is tied to ERM before the table starts.
     table = choice_table(choice)
     assert table.index(f"erm = {ERM_AT_FIRST_USE}") < table.index("| candidate")
-    erm = {3: SeedFigures(0.70, 0.90), 4: SeedFigures(0.72, 0.91)}
-    for chosen in (None, {3: SeedFigures(0.8, 0.9), 4: SeedFigures(0.7, 0.9)}):
-        _first_use_explained(verdict_text(judge_figures(erm, chosen), PASTE))
+    for case in CHOSEN:
+        advice = _advice(case)
+        _first_use_explained(advice_text(advice, CANDIDATE if advice.adopt else ERM_CANDIDATE, "engine"))
 
 
 ERM = {3: SeedFigures(0.70, 0.90), 4: SeedFigures(0.72, 0.91), 5: SeedFigures(0.71, 0.90), 6: SeedFigures(0.69, 0.92)}
 CHOSEN = {
     "confirmed": [(0.74, 0.90), (0.75, 0.91), (0.76, 0.91), (0.73, 0.91)],
-    "supported": [(0.74, 0.90), (0.70, 0.91), (0.73, 0.90), (0.69, 0.92)],
-    "supported, with a cost": [(0.74, 0.86), (0.75, 0.87), (0.76, 0.86), (0.73, 0.88)],
-    "not confirmed": [(0.71, 0.90), (0.69, 0.91), (0.70, 0.90), (0.70, 0.92)],
+    "inconclusive, up": [(0.74, 0.90), (0.70, 0.91), (0.73, 0.90), (0.69, 0.92)],
+    "gain with a cost": [(0.74, 0.86), (0.75, 0.87), (0.76, 0.86), (0.73, 0.88)],
+    "inconclusive, down": [(0.71, 0.90), (0.69, 0.91), (0.70, 0.90), (0.70, 0.92)],
     "contradicted": [(0.66, 0.90), (0.67, 0.91), (0.665, 0.90), (0.68, 0.92)],
 }
-ADVICE = {
-    "confirmed": "Confirmed: m beats ERM on the test hard tier (p = ",
-    "supported": "Supported, not settled: the direction held (",
-    "supported, with a cost": "Supported, with a cost: the test hard-tier gain is significant (p = ",
-    "not confirmed": "ERM is the safe default: keep plain cross-entropy training",
-    "contradicted": "Do not use it; recommend ERM.",
+REASON = {"confirmed": "confirmed", "inconclusive": "inconclusive", "gain with a cost": "overall_cost",
+          "contradicted": "contradicted"}
+SAYS = {
+    "confirmed": "ADOPT mr2-paper-c1: on fresh seeds it beats ERM on the test hard tier at the stated error rate",
+    "inconclusive": "KEEP ERM (plain cross-entropy training, the reference). Inconclusive: on fresh seeds the gain",
+    "overall_cost": "A trade-off, not adopted: the hard-tier gain is significant but overall accuracy falls",
+    "contradicted": "Contradicted: on fresh seeds the chosen configuration is significantly worse than ERM.",
 }
+CANDIDATE = Candidate("mr2-paper-c1", "mr2", {"variant": "paper", "c_bar": 1.0})
+ERM_CANDIDATE = Candidate("erm", "erm")
+
+
+def _advice(case: str) -> Advice:
+    chosen = {seed: SeedFigures(*pair) for seed, pair in zip(ERM, CHOSEN[case])}
+    verdict = judge_figures(ERM, chosen, hard_classes=[1, 4], chosen_label=CANDIDATE.label)
+    outcome = case.split(",")[0]
+    assert verdict.outcome == outcome
+    adopt = outcome == "confirmed"
+    return Advice(adopt, CANDIDATE.label if adopt else "erm", CANDIDATE.label, verdict, [], REASON[outcome])
 
 
 @pytest.mark.parametrize("case", list(CHOSEN))
-def test_the_verdict_text_advises_and_pastes_only_where_it_may(case):
-    chosen = {seed: SeedFigures(*pair) for seed, pair in zip(ERM, CHOSEN[case])}
-    verdict = judge_figures(ERM, chosen, hard_classes=[1, 4], chosen_label="m")
-    assert verdict.outcome == case.split(",")[0]
-    text = verdict_text(verdict, PASTE)
-    assert text.splitlines()[0] == (
-        f"Verdict on the confirmation (test split, fresh seeds 3, 4, 5, 6): {verdict.outcome.upper()}")
-    assert ADVICE[case] in text
+@pytest.mark.parametrize("kind", ["engine", "command"])
+def test_the_advice_says_what_to_do_last_and_pastes_what_to_use(case, kind):
+    advice = _advice(case)
+    text = advice_text(advice, CANDIDATE if advice.adopt else ERM_CANDIDATE, kind)
+    assert SAYS[advice.reason] in text
     assert "classes 1, 4, ranked on ERM's validation accuracies" in text
-    pasted = "\n    method:\n      name: mr2\n      options:\n        variant: paper" in text
-    assert pasted == (case != "not confirmed" and case != "contradicted")
-    assert ("(with the caveat above):" in text) == case.startswith("supported")
-    if case == "supported":
-        assert f"{verdict.seeds_needed} confirmation seeds would give a one-sided paired t-test" in text
+    assert f"fresh seeds 3, 4, 5, 6), {CANDIDATE.label} against {ERM_AT_FIRST_USE}" in text
+    block = text.rsplit("\n\n", 1)[1]  # the last paragraph: what to use
+    if kind == "engine":
+        used = yaml.safe_load(textwrap.dedent(block))["method"]
+        assert used == (CANDIDATE.method_block() if advice.adopt else {"name": "erm", "options": {}})
+    else:
+        spec = json.loads(block.strip().removeprefix("loss_spec: "))
+        assert spec == (CANDIDATE.loss_spec() if advice.adopt else {"method": "erm", "options": {}})
+    # "Supported" is gone: no paste of the chosen configuration unless it is adopted.
+    assert ("variant: paper" in text or '"variant":"paper"' in text) == advice.adopt
+    assert "supported" not in text.lower()
 
 
-def test_nothing_to_confirm_prints_what_to_do():
-    text = verdict_text(judge_figures(ERM, None), PASTE)
-    assert text.splitlines()[0].endswith("NOTHING TO CONFIRM")
-    assert "ERM was chosen on validation: there is nothing to confirm." in text
-    assert "variant: paper" not in text
-    assert set(OUTCOMES) == {"confirmed", "supported", "not confirmed", "contradicted", "nothing to confirm"}
+def test_the_figures_say_what_each_plus_minus_is():
+    erm = {3: SeedFigures(0.70, 0.90), 4: SeedFigures(0.72, 0.91), 5: SeedFigures(0.71, 0.90)}
+    new = {3: SeedFigures(0.74, 0.90), 4: SeedFigures(0.70, 0.91), 5: SeedFigures(0.73, 0.90)}
+    text = "\n".join(verdict_lines(judge_figures(erm, new)))
+    assert _check_plus_minus_labelled(text) == 2
+    assert "(seed SE over 3 seeds)" in text and "± SD 3.06 over 3 seeds" in text
 
 
-def test_the_hard_tier_note_names_few_classes_counts_many_and_is_silent_when_the_tiers_agree():
-    erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
-    verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=list(range(32, -1, -1)))
-    ascending = np.arange(100) / 100  # classes 0-32 lowest: the hard tier (thirds of 100: 34, 33, 33)
-    assert TierSplit.from_accuracy(ascending, 3).members(2).tolist() == list(range(33))
-    assert hard_tier_note(verdict, TierSplit.from_accuracy(ascending, 3)) == ""  # the same classes
-    assert hard_tier_note(None, TierSplit.from_accuracy(ascending, 3)) == ""  # no verdict: nothing to compare
-    many = hard_tier_note(verdict, TierSplit.from_accuracy(np.roll(ascending, 3), 3))  # hard: classes 3-35
-    assert many.startswith("Note: the table's hard tier (33 classes: ranked on the confirmation's own ERM runs) "
-                           "is not the verdict's (33 classes: ranked on ERM's selection runs")
-    assert "they share 30 of 33 classes" in many
-    few = hard_tier_note(judge_figures(erm, erm, chosen_label="m", hard_classes=[7, 2]),
-                         TierSplit.from_accuracy([0.1 if k in (2, 9) else 0.9 - k / 100 for k in range(6 + 4)], 5))
-    assert "(classes 2, 9: ranked on the confirmation's" in few and "(classes 2, 7: ranked on ERM's" in few
-    assert "they share 1 of 2 classes" in few
+@pytest.mark.parametrize("reason", ["erm_chosen", "no_eligible", "failed"])
+def test_no_confirmation_keeps_erm_and_says_why(reason):
+    text = advice_text(Advice(False, "erm", None, None, [], reason), ERM_CANDIDATE, "python")
+    assert text.startswith(f"KEEP {ERM_AT_FIRST_USE}.")
+    assert text.rstrip().endswith('loss_spec: {"method":"erm","options":{}}')
+
+
+def test_the_outcomes():
+    assert set(OUTCOMES) == {"confirmed", "gain with a cost", "inconclusive", "contradicted", "nothing to confirm"}
+
+
+def test_the_design_in_words_states_the_error_rate():
+    text = design_text(Design())
+    assert "ADOPTED only if a one-sided paired t-test" in text and "at level 0.05" in text

@@ -9,15 +9,15 @@ Examples::
     mr2 tune --config my-run.yaml --launcher slurm --launcher-option partition=gpu   # docs/cluster.md
     mr2 tune --command 'python train.py --loss-json {loss} --seed {seed} --out {out}' --num-classes 10
 
-Running the same command again reuses finished runs (trials) and resumes interrupted ones. The work
-is done by :func:`mr2.tune.run_tune` (``--config``) and :func:`mr2.tune.trial_tune.tune_trials`
-(``--command``); this module only parses arguments.
+Running the same command again reuses finished runs (trials) and resumes interrupted ones. This
+module only parses arguments: it builds the request and the trial source (:mod:`mr2.tune.request`,
+:mod:`mr2.tune.engine_source`, :mod:`mr2.tune.command`) and hands them to
+:func:`mr2.tune.runtime.run_stoppable`, which runs the one driver (:func:`mr2.tune.run_tune`).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,160 +76,102 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``mr2 tune``. Exit code 0: recommendation written and confirmed; 1: some run failed or
-    no recommendation could be made; 2: invalid input (nothing written; with ``--command`` also a
-    trial whose command failed or wrote unusable predictions, named with its log); 128 + signal
-    number when stopped by a signal."""
-    if args.command is not None:
-        return _run_command(args)
+    """Run ``mr2 tune``. Exit code 0: the tune ran to its advice (adopt or keep ERM; failed candidates
+    are ruled out and listed); 1: no advice could be given (ERM failed, or no choice could be made);
+    2: invalid input (nothing written; also a trial whose predictions tune cannot use, named with its
+    log); 128 + signal number when stopped by a signal."""
     from mr2.cli.errors import user_errors
-    from mr2.config import load_config
-    from mr2.sweep import SweepInterrupted, SweepSpecError
-    from mr2.tune import TuneInputError, describe_tune, make_request, run_tune
-    from mr2.tune.run import preflight
+    from mr2.report.exceptions import PredictionsError
+    from mr2.sweep import SweepSpecError
+    from mr2.tune import TuneInputError
 
-    rejected: tuple[type[BaseException], ...] = (TuneInputError, SweepSpecError, *user_errors())
+    rejected: tuple[type[BaseException], ...] = (TuneInputError, SweepSpecError, PredictionsError,
+                                                 *user_errors())
     try:
-        for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names)):
-            if value is not None:
-                raise TuneInputError(_COMMAND_ONLY.format(flag=flag))
-        launcher = None
-        if args.launcher is not None or args.launcher_options:
-            from mr2.sweep.launcher import parse_launcher_option
-
-            launcher = {"name": args.launcher or "local"}
-            launcher.update(parse_launcher_option(option) for option in args.launcher_options)
-        config = load_config(args.config, args.overrides)
-        request = make_request(
-            config,
-            name=args.name or f"tune-{Path(args.config).stem}",
-            output_dir=args.output_dir,
-            seeds=args.seeds,
-            confirm_seeds=args.confirm_seeds,
-            candidate_set=args.candidates,
-            criterion=args.criterion,
-            workers=args.workers,
-            threads_per_run=args.threads_per_run,
-            launcher=launcher,
-        )
-        if args.dry_run:
-            from mr2.tune.estimate import tune_estimate
-
-            print(describe_tune(request))
-            print(tune_estimate(request))
-            return 0
-        preflight(request)
+        prepared = _command(args) if args.command is not None else _config(args)
     except rejected as error:
         print(f"mr2 tune: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    try:
-        outcome = run_tune(request)
-    except SweepInterrupted as interrupt:
-        print(f"\nmr2 tune: interrupted ({interrupt}); its trainers were stopped; run the same command "
-              "again to resume.", file=sys.stderr)
-        return 128 + interrupt.signum
-    return 0 if outcome.ok else EXIT_FAILED_RUNS
+    if prepared is None:  # --dry-run
+        return 0
+    from mr2.tune.runtime import run_stoppable
+
+    return run_stoppable(*prepared)
+
+
+def _launcher(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.launcher is None and not args.launcher_options:
+        return None
+    from mr2.sweep.launcher import parse_launcher_option
+
+    launcher: dict[str, Any] = {"name": args.launcher or "local"}
+    launcher.update(parse_launcher_option(option) for option in args.launcher_options)
+    return launcher
+
+
+def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """``mr2 tune --config``: the request and the engine source, checked (the data and every
+    candidate built) before anything is written."""
+    from mr2.config import load_config
+    from mr2.tune import TuneInputError
+    from mr2.tune.engine_source import engine_source
+    from mr2.tune.request import make_request
+
+    for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names)):
+        if value is not None:
+            raise TuneInputError(_COMMAND_ONLY.format(flag=flag))
+    config = load_config(args.config, args.overrides)
+    request = make_request(
+        output_dir=args.output_dir or config.output_dir, name=args.name or f"tune-{Path(args.config).stem}",
+        candidates=args.candidates, losses_only=False, seeds=args.seeds, confirm_seeds=args.confirm_seeds,
+        criterion=args.criterion)
+    source = engine_source(config, request, workers=args.workers, threads_per_run=args.threads_per_run,
+                           launcher=_launcher(args))
+    if args.dry_run:
+        from mr2.tune.driver import describe
+        from mr2.tune.estimate import tune_estimate
+
+        print(describe(request, source))
+        print(tune_estimate(source))
+        return None
+    source.preflight()
+    classes = source.num_classes()
+    return (request if classes is None else request.with_num_classes(classes)), source
+
+
+def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """``mr2 tune --command``: the request and the command source, checked before anything is written."""
+    from mr2.report.predictions import read_class_names
+    from mr2.tune import TuneInputError
+    from mr2.tune.command import command_source
+    from mr2.tune.engine_source import BAD_COUNT
+    from mr2.tune.estimate import NO_ESTIMATE_COMMAND
+    from mr2.tune.request import make_request
+
+    config_flags = (("--set", bool(args.overrides)), ("--threads-per-run", args.threads_per_run is not None))
+    for flag, given in config_flags:
+        if given:
+            raise TuneInputError(_CONFIG_ONLY.format(flag=flag))
+    if args.num_classes is None:
+        raise TuneInputError(_NEEDS_NUM_CLASSES)
+    workers = 1 if args.workers is None else args.workers  # mr2 cannot set the command's threads
+    if workers < 1:
+        raise TuneInputError(BAD_COUNT.format(flag="--workers", value=workers))
+    names = read_class_names(args.class_names) if args.class_names is not None else None
+    request = make_request(
+        num_classes=args.num_classes, candidates=args.candidates, seeds=args.seeds,
+        confirm_seeds=args.confirm_seeds, criterion=args.criterion, output_dir=args.output_dir or "runs",
+        name=args.name or "tune", class_names=names)
+    source = command_source(args.command, request, workers=workers, launcher=_launcher(args))
+    if args.dry_run:
+        from mr2.tune.driver import describe
+
+        print(describe(request, source, commands=True))
+        print(NO_ESTIMATE_COMMAND)
+        return None
+    return request, source
 
 
 _COMMAND_ONLY = "{flag} applies to --command (a --config run configuration knows its classes)"
 _CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training)"
 _NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"
-
-
-class _Stopped(BaseException):
-    """SIGTERM or SIGHUP while the trials run (a BaseException, like KeyboardInterrupt, so that no
-    ``except Exception`` on the way takes it for a trial's failure)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stopped(signum: int, frame: Any) -> None:
-    raise _Stopped(signum)
-
-
-def _run_command(args: argparse.Namespace) -> int:
-    """``mr2 tune --command``: trials of the user's own training command."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from mr2.config import ConfigError
-    from mr2.report.exceptions import PredictionsError
-    from mr2.report.predictions import read_class_names
-    from mr2.sweep import SweepSpecError
-    from mr2.tune import TuneInputError, TuneSelectionError
-    from mr2.tune.command import CommandSource, allow_commands, check_command, stop_commands
-    from mr2.tune.estimate import NO_ESTIMATE_COMMAND
-    from mr2.tune.run import BAD_COUNT
-    from mr2.tune.trial_tune import describe_trials, make_trial_request, tune_trials
-    from mr2.tune.trials import TrialStore
-
-    try:
-        config_flags = (("--set", bool(args.overrides)),
-                        ("--threads-per-run", args.threads_per_run is not None))
-        for flag, given in config_flags:
-            if given:
-                raise TuneInputError(_CONFIG_ONLY.format(flag=flag))
-        launcher = None
-        if args.launcher is not None or args.launcher_options:
-            from mr2.sweep.launcher import launcher_from_dict, parse_launcher_option
-
-            raw = {"name": args.launcher or "local"}
-            raw.update(parse_launcher_option(option) for option in args.launcher_options)
-            launcher = launcher_from_dict(raw)
-        template = check_command(args.command)
-        if args.num_classes is None:
-            raise TuneInputError(_NEEDS_NUM_CLASSES)
-        workers = 1 if args.workers is None else args.workers  # mr2 cannot set the command's threads
-        if workers < 1:
-            raise TuneInputError(BAD_COUNT.format(flag="--workers", value=workers))
-        names = read_class_names(args.class_names) if args.class_names is not None else None
-        request = make_trial_request(
-            num_classes=args.num_classes, candidates=args.candidates, seeds=args.seeds,
-            confirm_seeds=args.confirm_seeds, criterion=args.criterion, output_dir=args.output_dir or "runs",
-            name=args.name or "tune", class_names=names, source={"kind": "command", "command": template},
-        )
-        source = CommandSource(template, TrialStore(request.directory, request.num_classes))
-        if args.dry_run:
-            print(describe_trials(request, runs="trials"))
-            for trial in request.selection_trials():
-                print(f"  $ {source.command(trial)}")
-            print(NO_ESTIMATE_COMMAND)
-            return 0
-    except (TuneInputError, PredictionsError, ConfigError, SweepSpecError) as error:
-        print(f"mr2 tune: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    executor: Any = None
-    if launcher is not None and launcher.name == "slurm":
-        from mr2.sweep.cluster import _executor as slurm_executor
-
-        # One submitit job per trial; the jobs' files go to DIR/NAME/submitit/.
-        executor = slurm_executor(request.directory / "submitit", launcher, f"mr2-tune-{request.name}")
-    elif workers > 1:
-        executor = ThreadPoolExecutor(workers)
-    allow_commands()
-    previous = {signum: signal.signal(signum, _raise_stopped) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        result = tune_trials(request, source, executor=executor, log=source.log)
-    except TuneInputError as error:  # a trial's command failed or wrote unusable predictions
-        print(f"mr2 tune: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except TuneSelectionError as error:
-        print(f"mr2 tune: no recommendation: {error}", file=sys.stderr)
-        return EXIT_FAILED_RUNS
-    except (_Stopped, KeyboardInterrupt) as stop:
-        signum = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
-        if isinstance(executor, ThreadPoolExecutor):
-            executor.shutdown(wait=False, cancel_futures=True)  # no queued trial starts
-        stop_commands()
-        print(f"\nmr2 tune: interrupted ({signal.Signals(signum).name}); the running trials' commands were "
-              "stopped, finished trials are kept; run the same command again to resume.", file=sys.stderr)
-        return 128 + signum
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if isinstance(executor, ThreadPoolExecutor):
-            executor.shutdown(wait=False, cancel_futures=True)
-            stop_commands()  # e.g. after a trial's error while others still run
-            executor.shutdown(wait=True)
-    return 0 if result.report_dir is not None else EXIT_FAILED_RUNS

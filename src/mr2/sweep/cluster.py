@@ -99,7 +99,8 @@ class TrainJob:
         )
 
 
-def _executor(folder: Path, options: LauncherOptions, name: str) -> Any:
+def slurm_executor(folder: Path, options: LauncherOptions, name: str) -> Any:
+    """A submitit executor for ``options`` (Slurm, or submitit's local executor) writing into ``folder``."""
     try:
         import submitit
     except ImportError:
@@ -203,7 +204,7 @@ def submit_points(
     if not pending:
         return [outcomes[p.name] for p in points]
     sweep_dir = Path(pending[0].config.output_dir)
-    executor = _executor(sweep_dir / SUBMITIT_DIR, options, f"mr2-{sweep_name}")
+    executor = slurm_executor(sweep_dir / SUBMITIT_DIR, options, f"mr2-{sweep_name}")
     jobs = _Jobs(sweep_dir, options)
 
     def make(point: RunPoint) -> TrainJob:

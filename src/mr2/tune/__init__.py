@@ -1,58 +1,110 @@
-"""``mr2 tune``: choose a configuration on the user's own validation data, confirm it on fresh seeds.
+"""``mr2 tune``: choose a configuration on the user's own validation data, confirm it on fresh seeds,
+and advise (adopt it, or keep ERM) at a stated error rate.
 
 Modules:
-    candidates: ERM, the MR2 variants and the baselines compared, as plain sweep entries (:func:`candidates`).
+    candidates: ERM, the MR2 variants and the baselines compared (:func:`candidates`).
     loss_spec: a candidate's loss as JSON, and back to the loss module (:func:`loss_from_spec`).
-    errors: the error family (:class:`TuneInputError`, :class:`TrialError`).
+    errors: the error family (:class:`TuneInputError`, :class:`TrialError`, :class:`TrialFailed`).
     selection: the validation-only rule (:func:`choose`; it never sees a test number).
-    run: both phases as sweeps of mr2's engine and ``recommendation.json`` (:func:`run_tune`).
-    trials: a trial of training code of your own (:class:`TrialPredictions`) and the per-trial store.
-    trial_tune: both phases over such trials (:func:`tune`, and ``mr2 tune --command``).
+    verdict: the fresh-seed test of a contender against ERM (:func:`mr2.tune.verdict.judge_figures`).
+    design: which trials run and what is advised, pure (:class:`mr2.tune.design.Plan`).
+    request: one validated tune (:class:`TuneRequest`, :func:`make_request`).
+    source, engine_source, command: the trial sources (your function, mr2's engine, your command).
+    driver: the one driver over a source (:func:`run_tune`, :class:`TuneResult`).
+    record: ``recommendation.json`` (:class:`TuneRecord`).
+    api: :func:`tune` for your own training function.
+    script: helpers that make a training script tune-ready.
+
+Names are imported on first use, so ``from mr2.tune import loss_from_spec`` (run by a user's script
+in every trial) loads the loss modules only: no sweep, engine or report module.
 """
 
 from __future__ import annotations
 
-from mr2.tune.candidates import CANDIDATE_SETS, Candidate, candidates
-from mr2.tune.errors import TrialError, TuneInputError
-from mr2.tune.loss_spec import SpecLoss, loss_from_spec, parse_loss_spec
-from mr2.tune.run import TuneOutcome, TuneRequest, describe_tune, make_request, run_tune
-from mr2.tune.selection import (
-    CRITERIA,
-    Choice,
-    TuneSelectionError,
-    ValidationFigures,
-    choose,
-    read_validation,
-)
-from mr2.tune.trial_tune import TrialTuneRequest, TuneResult, describe_trials, make_trial_request, tune
-from mr2.tune.trials import Predictions, Trial, TrialPredictions
+from typing import TYPE_CHECKING
+
+from mr2.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from mr2.tune.api import tune
+    from mr2.tune.candidates import CANDIDATE_SETS, Candidate, candidates
+    from mr2.tune.design import DEFAULT_DESIGN, Advice, Design, Plan
+    from mr2.tune.driver import TuneResult, run_tune
+    from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
+    from mr2.tune.loss_spec import SpecLoss, loss_from_spec, parse_loss_spec
+    from mr2.tune.record import TuneRecord
+    from mr2.tune.request import TuneRequest, make_request
+    from mr2.tune.selection import (
+        CRITERIA,
+        Choice,
+        TuneSelectionError,
+        ValidationFigures,
+        choose,
+        read_validation,
+    )
+    from mr2.tune.trials import Predictions, Trial, TrialPredictions
+
+EXPORTS = {
+    "CANDIDATE_SETS": "mr2.tune.candidates",
+    "CRITERIA": "mr2.tune.selection",
+    "DEFAULT_DESIGN": "mr2.tune.design",
+    "Advice": "mr2.tune.design",
+    "Candidate": "mr2.tune.candidates",
+    "Choice": "mr2.tune.selection",
+    "Design": "mr2.tune.design",
+    "Plan": "mr2.tune.design",
+    "Predictions": "mr2.tune.trials",
+    "SpecLoss": "mr2.tune.loss_spec",
+    "Trial": "mr2.tune.trials",
+    "TrialError": "mr2.tune.errors",
+    "TrialFailed": "mr2.tune.errors",
+    "TrialPredictions": "mr2.tune.trials",
+    "TuneInputError": "mr2.tune.errors",
+    "TuneRecord": "mr2.tune.record",
+    "TuneRequest": "mr2.tune.request",
+    "TuneResult": "mr2.tune.driver",
+    "TuneSelectionError": "mr2.tune.selection",
+    "ValidationFigures": "mr2.tune.selection",
+    "candidates": "mr2.tune.candidates",
+    "choose": "mr2.tune.selection",
+    "loss_from_spec": "mr2.tune.loss_spec",
+    "make_request": "mr2.tune.request",
+    "parse_loss_spec": "mr2.tune.loss_spec",
+    "read_validation": "mr2.tune.selection",
+    "run_tune": "mr2.tune.driver",
+    "tune": "mr2.tune.api",
+}
 
 __all__ = [
     "CANDIDATE_SETS",
     "CRITERIA",
+    "DEFAULT_DESIGN",
+    "Advice",
     "Candidate",
     "Choice",
+    "Design",
+    "Plan",
     "Predictions",
     "SpecLoss",
     "Trial",
     "TrialError",
+    "TrialFailed",
     "TrialPredictions",
-    "TrialTuneRequest",
     "TuneInputError",
-    "TuneOutcome",
+    "TuneRecord",
     "TuneRequest",
     "TuneResult",
     "TuneSelectionError",
     "ValidationFigures",
     "candidates",
     "choose",
-    "describe_trials",
-    "describe_tune",
     "loss_from_spec",
     "make_request",
-    "make_trial_request",
     "parse_loss_spec",
     "read_validation",
     "run_tune",
     "tune",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__, EXPORTS)

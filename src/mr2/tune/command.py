@@ -25,16 +25,28 @@ import string
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 from mr2.report.exceptions import PredictionsError
 from mr2.report.limits import DEFAULT_MAX_CLASSES
-from mr2.report.predictions import read_predictions
-from mr2.tune.errors import TrialError, TuneInputError
+from mr2.report.predictions import NOT_FINITE, read_predictions
+from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
+from mr2.tune.request import TuneRequest
+from mr2.tune.source import TrialResult, run_stored_trials
 from mr2.tune.trials import SPLITS, Predictions, Trial, TrialPredictions, TrialStore
 
-__all__ = ["PLACEHOLDERS", "CommandSource", "allow_commands", "check_command", "stop_commands"]
+__all__ = [
+    "PLACEHOLDERS",
+    "CommandSource",
+    "allow_commands",
+    "check_command",
+    "command_source",
+    "stop_commands",
+]
 
 #: The placeholders a command must hold, each once or more.
 PLACEHOLDERS = ("loss", "seed", "out")
@@ -63,6 +75,22 @@ NO_PREDICTIONS = (
 )
 _BAD_PREDICTIONS = "trial {trial}: {error} (log: {log})"
 _STOPPED = "trial {trial} was not started: tune is stopping"
+
+
+_NON_FINITE_PART = NOT_FINITE.split("{count}")[1].split("(")[0]  # " non-finite value"
+#: Lines of a failed trial's log quoted in its failure.
+LOG_TAIL_LINES = 3
+
+
+def _tail(log: Path) -> str:
+    """``"; last lines of its log: ..."`` (the error, usually), or "" when the log says nothing more."""
+    try:
+        lines = [line.rstrip() for line in log.read_text(errors="replace").splitlines()[1:] if line.strip()]
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    return "; last lines of its log: " + " | ".join(line[:300] for line in lines[-LOG_TAIL_LINES:])
 
 
 def check_command(template: str) -> str:
@@ -127,12 +155,48 @@ def _stop(running: list[subprocess.Popen[bytes]], grace: float) -> None:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-@dataclass(frozen=True)
+@dataclass
 class CommandSource:
-    """Runs trials with a command template (module docstring)."""
+    """Runs trials with a command template (module docstring): a trial source of
+    :mod:`mr2.tune.source`.
+
+    Attributes:
+        template: the checked command template.
+        store: where the trials are kept.
+        workers: trials in parallel (each its own command).
+        executor: None: a thread per running trial here; a submitit executor: each trial a Slurm job.
+    """
 
     template: str
     store: TrialStore
+    workers: int = 1
+    executor: Any = None
+    kind: str = "command"
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "command", "command": self.template}
+
+    def num_classes(self) -> int | None:
+        return self.store.num_classes
+
+    def is_finished(self, trial: Trial) -> bool:
+        return self.store.is_finished(trial)
+
+    def describe(self, trial: Trial) -> str:
+        return self.command(trial)
+
+    def run(self, trials: Sequence[Trial], stream: TextIO) -> list[TrialResult]:
+        if self.executor is not None:
+            return run_stored_trials(trials, self, self.store, stream=stream, executor=self.executor,
+                                     workers=self.workers, log=self.log)
+        with ThreadPoolExecutor(self.workers) as pool:
+            try:
+                return run_stored_trials(trials, self, self.store, stream=stream, executor=pool,
+                                         workers=self.workers, log=self.log)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)  # no queued trial starts
+                stop_commands()
+                raise
 
     def command(self, trial: Trial) -> str:
         """The command line of one trial."""
@@ -167,7 +231,7 @@ class CommandSource:
                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                                start_new_session=True)
                 except OSError as error:
-                    raise TrialError(_NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
+                    raise TrialFailed(_NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
                 _RUNNING.add(process)
             try:
                 code = process.wait()
@@ -178,16 +242,43 @@ class CommandSource:
                 with _LOCK:
                     _RUNNING.discard(process)
         if code != 0:
-            raise TrialError(EXIT_CODE.format(trial=trial.name, code=code, log=log))
+            raise TrialFailed(EXIT_CODE.format(trial=trial.name, code=code, log=log) + _tail(log))
         splits = {}
         for split in SPLITS:
             path = out / f"{split}.npz"
             if not path.is_file():
-                raise TrialError(NO_PREDICTIONS.format(trial=trial.name, path=path, log=log))
+                raise TrialFailed(NO_PREDICTIONS.format(trial=trial.name, path=path, log=log) + _tail(log))
             try:
                 item = read_predictions(path, max_classes=max(self.store.num_classes, DEFAULT_MAX_CLASSES))
             except PredictionsError as error:
-                raise TrialError(_BAD_PREDICTIONS.format(trial=trial.name, error=error, log=log)) from None
+                # Non-finite logits: a diverged model, the trial failed; anything else is bad input.
+                kind = TrialFailed if _NON_FINITE_PART in str(error) else TrialError
+                raise kind(_BAD_PREDICTIONS.format(trial=trial.name, error=error, log=log)) from None
             splits[split] = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
                              else Predictions(item.y_true, y_pred=item.y_pred))
         return TrialPredictions(val=splits["val"], test=splits["test"])
+
+
+def command_source(template: str, request: TuneRequest, *, workers: int = 1,
+                   launcher: dict[str, Any] | None = None) -> CommandSource:
+    """The command source of a tune, checked: the template, and the launcher (``slurm``: each trial a
+    submitit job, its files under ``<tune>/submitit/``).
+
+    Raises:
+        TuneInputError: a bad template (:func:`check_command`).
+        mr2.config.ConfigError: a bad launcher mapping, or Slurm's commands missing.
+    """
+    assert request.num_classes is not None
+    source = CommandSource(check_command(template), TrialStore(request.directory, request.num_classes),
+                           workers=workers)
+    if launcher is not None:
+        from mr2.sweep.launcher import check_launcher_available, launcher_from_dict
+
+        options = launcher_from_dict(launcher)
+        if options.name == "slurm":
+            from mr2.sweep.cluster import slurm_executor
+
+            check_launcher_available(options)
+            source.executor = slurm_executor(request.directory / "submitit", options,
+                                             f"mr2-tune-{request.name}")
+    return source

@@ -20,7 +20,7 @@ import torch
 from mr2.config import RunConfig
 from mr2.sweep.processes import default_threads
 from mr2.sweep.progress import format_duration
-from mr2.tune.run import TuneRequest
+from mr2.tune.engine_source import EngineSource
 
 __all__ = [
     "NO_ESTIMATE_COMMAND", "StepTiming", "estimate_text", "measure_step",
@@ -102,41 +102,41 @@ def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> S
         torch.set_num_threads(previous)
 
 
-def estimate_text(timing: StepTiming, epochs: int, selection_runs: int, confirmation_runs: int,
-                  workers: int) -> str:
+def estimate_text(timing: StepTiming, epochs: int, expected_runs: int, max_runs: int, workers: int) -> str:
     """The dry run's one-line time estimate from a measured step.
 
     Example:
         >>> timing = StepTiming(0.01, 100, 1, "cpu", 5)
-        >>> text = estimate_text(timing, epochs=3, selection_runs=12, confirmation_runs=6, workers=2)
+        >>> text = estimate_text(timing, epochs=3, expected_runs=12, max_runs=18, workers=2)
         >>> print(text)  # doctest: +NORMALIZE_WHITESPACE
-        time estimate: about 18 s for the selection and up to 9 s for the confirmation (12 and 6 runs,
-        2 at a time, each 3 epochs x 100 steps x 0.0100 s per step, measured: 5 steps of ERM with this
-        configuration's model and data on cpu, 1 thread; not included: evaluation, start-up and the
-        candidates' extra cost per step over ERM)
+        time estimate: about 18 s for the 12 trainings expected and at most 27 s for the 18 the plan may
+        run (2 at a time, each 3 epochs x 100 steps x 0.0100 s per step, measured: 5 steps of ERM with
+        this configuration's model and data on cpu, 1 thread; not included: evaluation, start-up and
+        the candidates' extra cost per step over ERM)
     """
     per_run = epochs * timing.steps_per_epoch * timing.seconds_per_step
-    selection = math.ceil(selection_runs / workers) * per_run
-    confirmation = math.ceil(confirmation_runs / workers) * per_run
+    expected = math.ceil(expected_runs / workers) * per_run
+    most = math.ceil(max_runs / workers) * per_run
     threads = f"{timing.threads} thread{'s' if timing.threads != 1 else ''}"
     return (
-        f"time estimate: about {format_duration(selection)} for the selection and up to "
-        f"{format_duration(confirmation)} for the confirmation ({selection_runs} and {confirmation_runs} "
-        f"runs, {workers} at a time, each {epochs} epochs x {timing.steps_per_epoch} steps x "
-        f"{timing.seconds_per_step:.4f} s per step, measured: {timing.steps} steps of ERM with this "
-        f"configuration's model and data on {timing.device}, {threads}; not included: evaluation, "
-        "start-up and the candidates' extra cost per step over ERM)"
+        f"time estimate: about {format_duration(expected)} for the {expected_runs} trainings expected and "
+        f"at most {format_duration(most)} for the {max_runs} the plan may run ({workers} at a time, each "
+        f"{epochs} epochs x {timing.steps_per_epoch} steps x {timing.seconds_per_step:.4f} s per step, "
+        f"measured: {timing.steps} steps of ERM with this configuration's model and data on "
+        f"{timing.device}, {threads}; not included: evaluation, start-up and the candidates' extra cost "
+        "per step over ERM)"
     )
 
 
-def tune_estimate(request: TuneRequest) -> str:
-    """The dry run's time-estimate line for ``request``: one step measured with the threads each run
-    will get (as the sweep's runner sets them), or why there is none."""
-    config = request.config
+def tune_estimate(source: EngineSource) -> str:
+    """The dry run's time-estimate line for an engine tune: one step measured with the threads each run
+    will get (as the sweep's runner sets them), or why there is none. The runs are the plan's expected
+    trainings (by simulation) and its maximum."""
+    config = source.config
     if config.regime == "linear_probe":
         return _NO_ESTIMATE_LINEAR_PROBE
-    threads = request.threads_per_run or default_threads(request.workers)
+    threads = source.threads_per_run or default_threads(source.workers)
     timing = measure_step(config, threads)
-    selection_runs = len(request.candidates) * len(request.seeds)
-    return estimate_text(timing, config.optim.epochs, selection_runs, 2 * len(request.confirm_seeds),
-                         request.workers)
+    plan = source.request.plan()
+    return estimate_text(timing, config.optim.epochs, plan.expected_trainings(), plan.max_trainings(),
+                         source.workers)

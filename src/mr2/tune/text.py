@@ -9,39 +9,39 @@ Accuracies are percentages; differences are percentage points.
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
 from typing import TYPE_CHECKING
 
+import yaml
+
 from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice
-from mr2.tune.verdict import (
-    CONFIRMED,
-    CONTRADICTED,
-    MAX_SEEDS,
-    NOT_CONFIRMED,
-    NOTHING_TO_CONFIRM,
-    SUPPORTED,
-    Verdict,
-)
+from mr2.tune.verdict import MAX_SEEDS, NOTHING_TO_CONFIRM, Verdict
 
 if TYPE_CHECKING:
-    from mr2.report.tiers import TierSplit
+    from mr2.tune.candidates import Candidate
+    from mr2.tune.design import Advice, Design
 
 __all__ = [
     "ERM_AT_FIRST_USE",
+    "advice_text",
     "choice_table",
     "choice_text",
-    "hard_tier_note",
+    "design_text",
+    "early_size_warning",
     "size_warning",
-    "verdict_text",
+    "verdict_lines",
 ]
 
 #: How ERM is introduced at its first use in a block.
 ERM_AT_FIRST_USE = "ERM (plain cross-entropy training, the reference)"
 SMALL_VALIDATION_WARNING = (
     "WARNING: only {median:g} validation samples per class (median; min {min}) score each candidate, "
-    "below {limit}: scores this noisy choose ERM most of the time, even when a candidate is better, and "
-    "a candidate chosen on them may owe it to noise. A larger validation split makes the choice "
-    "informative."
+    "below {limit}: the validation scores are noisy, so which candidate goes to the confirmation is "
+    "largely noise and a real gain is seldom found (docs/tune.md, 'Operating characteristics'). The "
+    "advice stays safe (the confirmation on fresh seeds keeps adopting a useless configuration at or "
+    "below its stated rate); a larger validation split makes the search informative."
 )
 _COLUMN = {
     "hard_tier": "validation hard-tier accuracy",
@@ -147,7 +147,8 @@ def choice_text(choice: Choice) -> str:
     return "\n".join(parts)
 
 
-def _figures_lines(verdict: Verdict) -> list[str]:
+def verdict_lines(verdict: Verdict) -> list[str]:
+    """The figures of a verdict, one line each (ERM's test hard tier; the change and its test)."""
     n = len(verdict.seeds)
     classes = ", ".join(str(k) for k in verdict.hard_classes) or "see the choice"
     ref_hard = sum(verdict.reference_hard) / n
@@ -183,106 +184,92 @@ def _seeds_sentence(verdict: Verdict) -> str:
     )
 
 
-def _classes(classes: list[int]) -> str:
-    if len(classes) > 10:
-        return f"{len(classes)} classes"
-    return f"classes {', '.join(str(k) for k in classes)}"
+def early_size_warning(samples: tuple[int, float]) -> str | None:
+    """The small-validation warning from ``(min, median)`` scored samples per class, printed right
+    after ERM's first trial (None at :data:`MIN_SAMPLES_PER_CLASS` or more)."""
+    low, median = samples
+    if median >= MIN_SAMPLES_PER_CLASS:
+        return None
+    return SMALL_VALIDATION_WARNING.format(median=median, min=low, limit=MIN_SAMPLES_PER_CLASS)
 
 
-def hard_tier_note(verdict: Verdict | None, tiers: TierSplit) -> str:
-    """A line for below the confirmation table when its hard tier (the last of ``tiers``, the
-    confirmation report's) is not the verdict's, else ``""``.
-
-    The verdict's hard classes were ranked on ERM's selection runs, before the confirmation; the
-    table's tiers are ranked on the confirmation's own ERM runs (validation split), so with a noisy
-    ranking the two hard columns cover different classes.
+def design_text(design: Design) -> str:
+    """The design in one paragraph: how seeds are spent and what decides the advice.
 
     Example:
-        >>> from mr2.report.tiers import TierSplit
-        >>> from mr2.tune.verdict import SeedFigures, judge_figures
-        >>> erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
-        >>> verdict = judge_figures(erm, erm, chosen_label="m", hard_classes=[4, 5])
-        >>> hard_tier_note(verdict, TierSplit.from_accuracy([0.9, 0.8, 0.7, 0.6, 0.2, 0.1], 3))
-        ''
-        >>> hard_tier_note(verdict, TierSplit.from_accuracy([0.9, 0.1, 0.7, 0.6, 0.8, 0.2], 3)).split(";")[1]
-        " they share 1 of 2 classes, so the table's hard column is not the verdict's figure."
+        >>> from mr2.tune.design import Design
+        >>> design_text(Design(gate="margin")).split(". ")[0]
+        'Selection: every candidate on every selection seed'
     """
-    if verdict is None or not verdict.hard_classes:
-        return ""
-    ours = sorted(int(k) for k in tiers.members(len(tiers.names) - 1))
-    theirs = sorted(int(k) for k in verdict.hard_classes)
-    if ours == theirs:
-        return ""
-    shared = len(set(ours) & set(theirs))
+    if design.selection_looks is None:
+        selection = "Selection: every candidate on every selection seed"
+    else:
+        stages = ", then ".join(
+            f"{n} seeds" + (f" (the {design.keep[i]} best eligible stay)" if i < len(design.keep) else "")
+            for i, n in enumerate(design.selection_looks))
+        selection = f"Selection, racing over seeds: every candidate on {stages}"
+    if design.gate == "margin":
+        gate = ("the best eligible candidate goes to the confirmation if it beats ERM by more than ERM's "
+                "seed standard error")
+    else:
+        gate = f"the {design.contenders} best eligible candidate(s) go to the confirmation"
+    looks = ("every confirmation seed at once" if design.confirmation_looks is None else
+             "looks at " + ", ".join(str(n) for n in design.confirmation_looks) + " fresh seeds")
+    split = f" (alpha / {design.contenders} each)" if design.contenders > 1 else ""
     return (
-        f"Note: the table's hard tier ({_classes(ours)}: ranked on the confirmation's own ERM runs) is "
-        f"not the verdict's ({_classes(theirs)}: ranked on ERM's selection runs, fixed before the "
-        f"confirmation); they share {shared} of {len(theirs)} classes, so the table's hard column is not "
-        "the verdict's figure."
+        f"{selection}; {gate}. Confirmation on the test split with fresh seeds, {looks}: a contender is "
+        f"ADOPTED only if a one-sided paired t-test of its test hard-tier gain over ERM rejects 'no better "
+        f"than ERM' at level {design.alpha:g} over all contenders and looks{split}, spent by the "
+        f"{design.spending.replace('_', '-')} rule, and its test overall accuracy is not below ERM's by "
+        "more than ERM's seed standard error. Otherwise the advice is ERM."
     )
 
 
-def verdict_text(verdict: Verdict, paste: str | None = None) -> str:
-    """The verdict in words, its figures, and the pasteable block where the outcome allows it.
+_REASONS = {
+    "confirmed": "",
+    "inconclusive": ("Inconclusive: on fresh seeds the gain was not significant at the stated level. "
+                     "What the seeds showed is reported above; it is not evidence enough to change."),
+    "contradicted": "Contradicted: on fresh seeds the chosen configuration is significantly worse than ERM.",
+    "overall_cost": ("A trade-off, not adopted: the hard-tier gain is significant but overall accuracy falls "
+                     "by more than ERM's seed standard error."),
+    "erm_chosen": "No candidate was sent to the confirmation: none beat ERM on validation.",
+    "no_eligible": "No candidate was eligible (see the table above).",
+    "failed": "Every candidate failed (see the failures above).",
+    "no_confirmation": "No confirmation could be run.",
+}
 
-    Args:
-        verdict: the confirmation's verdict.
-        paste: the chosen configuration, ready to paste (printed, indented, with ``confirmed`` and,
-            with its caveat, ``supported``; the other outcomes print what to do instead).
 
-    Example:
-        >>> from mr2.tune.verdict import SeedFigures, judge_figures
-        >>> erm = {3: SeedFigures(0.70, 0.9), 4: SeedFigures(0.72, 0.9)}
-        >>> worse = {3: SeedFigures(0.69, 0.9), 4: SeedFigures(0.70, 0.9)}
-        >>> print(verdict_text(judge_figures(erm, worse, chosen_label="m"), "method: m").splitlines()[0])
-        Verdict on the confirmation (test split, fresh seeds 3, 4): NOT CONFIRMED
-    """
-    seeds = ", ".join(str(s) for s in verdict.seeds)
-    lines = [
-        f"Verdict on the confirmation (test split, fresh seeds {seeds}): {verdict.outcome.upper()}",
-        f"  {ERM_AT_FIRST_USE}" + (
-            f", label {verdict.reference}." if verdict.outcome == NOTHING_TO_CONFIRM else
-            f", against {verdict.chosen}, the configuration chosen on validation; paired by seed."),
-        *_figures_lines(verdict),
-        "",
-    ]
-    ref = "ERM"
-    significant = f"p = {_p(verdict.p_greater)} < {verdict.alpha:g}"
-    keep_erm = (f"{ref} is the safe default: keep plain cross-entropy training (in an mr2 configuration "
-                "`method: {name: erm}`).")
-    if verdict.outcome == NOTHING_TO_CONFIRM:
-        lines.append(f"{ref} was chosen on validation: there is nothing to confirm. Keep plain "
-                     "cross-entropy training (in an mr2 configuration `method: {name: erm}`).")
-        return "\n".join(lines)
-    if verdict.outcome == CONFIRMED:
-        lines.append(f"Confirmed: {verdict.chosen} beats {ref} on the test hard tier ({significant}) and "
-                     f"costs no more than {ref}'s seed SE overall.")
-    elif verdict.outcome == SUPPORTED and verdict.overall_cost:
-        lines.append(
-            f"Supported, with a cost: the test hard-tier gain is significant ({significant}) but overall "
-            f"accuracy changes by {_points(verdict.overall_change)} points, more than {ref}'s seed SE "
-            f"({_percent(verdict.reference_overall_se)}). A trade-off to judge: use it only if the hard "
-            "classes matter more to you than that overall cost."
-        )
-    elif verdict.outcome == SUPPORTED:
-        lines.append(
-            f"Supported, not settled: the direction held ({_points(verdict.mean_difference)} points on the "
-            f"test hard tier) but not beyond noise (p = {_p(verdict.p_greater)}). {_seeds_sentence(verdict)} "
-            "Use it with this caveat, or confirm on that many fresh seeds first."
-        )
-    elif verdict.outcome == NOT_CONFIRMED:
-        lines.append(
-            f"Not confirmed: on fresh seeds the test hard tier changed by {_points(verdict.mean_difference)} "
-            f"points (zero or negative): the gain seen on validation did not hold. {keep_erm}"
-        )
-    elif verdict.outcome == CONTRADICTED:
-        lines.append(
-            f"Contradicted: {verdict.chosen} is significantly worse than {ref} on the test hard tier "
-            f"(p = {_p(verdict.p_less)} < {verdict.alpha:g} for a loss). Do not use it; recommend {ref}. "
-            f"{keep_erm}"
-        )
-    if verdict.pasteable and paste:
-        caveat = "" if verdict.outcome == CONFIRMED else " (with the caveat above)"
-        lines += ["", f"Paste into your run configuration{caveat}:", "",
-                  "\n".join("    " + line for line in paste.rstrip("\n").splitlines())]
+def advice_text(advice: Advice, use: Candidate, source_kind: str) -> str:
+    """The advice, printed last: ADOPT with the block to paste, or KEEP ERM and why; the last line
+    says what to do."""
+    if source_kind == "engine":
+        block = yaml.safe_dump({"method": use.method_block()}, sort_keys=False).rstrip("\n")
+        where = "your run configuration"
+    else:
+        block = "loss_spec: " + json.dumps(use.loss_spec(), separators=(",", ":"))
+        where = "your training script (mr2.tune.loss_from_spec(spec, num_classes=K))"
+    lines = []
+    if advice.verdict is not None and advice.verdict.outcome != NOTHING_TO_CONFIRM:
+        seeds = ", ".join(str(s) for s in advice.verdict.seeds)
+        lines += [f"Verdict on the confirmation (test split, fresh seeds {seeds}), {advice.verdict.chosen} "
+                  f"against {ERM_AT_FIRST_USE}, paired by seed:", *verdict_lines(advice.verdict), ""]
+    if advice.adopt:
+        lines += [
+            f"ADOPT {use.label}: on fresh seeds it beats ERM on the test hard tier at the stated error rate "
+            f"(adopting a configuration no better than ERM happens at most {100 * advice.design.alpha:g}% of "
+            "the time) and costs no more than ERM's seed standard error overall.",
+            "",
+            f"Use it: paste into {where}:",
+            "",
+            textwrap.indent(block, "    "),
+        ]
+    else:
+        why = _REASONS.get(advice.reason, advice.reason)
+        lines += [
+            f"KEEP {ERM_AT_FIRST_USE}. {why}".rstrip(),
+            "",
+            f"Use plain cross-entropy training ({where}):",
+            "",
+            textwrap.indent(block, "    "),
+        ]
     return "\n".join(lines)

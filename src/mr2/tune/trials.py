@@ -20,18 +20,17 @@ from __future__ import annotations
 import io
 import json
 import os
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mr2.io import atomic_write_bytes, atomic_write_json
 from mr2.tune.candidates import Candidate
-from mr2.tune.errors import TrialError
+from mr2.tune.errors import TrialError, TrialFailed
 
 __all__ = [
     "PHASES",
@@ -42,7 +41,6 @@ __all__ = [
     "TrialPredictions",
     "TrialStore",
     "check_trial_predictions",
-    "run_trials",
 ]
 
 #: The phases of a tune.
@@ -64,7 +62,8 @@ STALE_TRIAL = (
     "{path} holds a finished trial of another tune ({key}: {found!r}, this tune: {expected!r}); delete "
     "that directory to re-run it, or give the tune another name / output directory"
 )
-_TRIAL_FAILED = "trial {trial} failed: {error}{log}"
+#: A split's logits are not all finite: the trial FAILED (its candidate is ruled out), not bad input.
+NON_FINITE = "logits hold NaN or infinite values (a diverged model?); they must be finite"
 
 
 def _log(log: Path | None) -> str:
@@ -152,7 +151,7 @@ def _split_problem(y_true: Any, y_pred: Any, logits: Any, num_classes: int) -> s
         if not np.issubdtype(logits.dtype, np.floating) and not np.issubdtype(logits.dtype, np.integer):
             return f"logits must be real numbers; got dtype {logits.dtype}"
         if not np.isfinite(logits).all():
-            return "logits hold NaN or infinite values (a diverged model?); they must be finite"
+            return NON_FINITE
     else:
         if y_pred.shape != y_true.shape:
             return f"y_pred must have the shape of y_true {y_true.shape}; got {y_pred.shape}"
@@ -171,7 +170,8 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
 
     Raises:
         TrialError: not a :class:`TrialPredictions`, or a split with missing, mis-shaped, non-integer,
-            out-of-range (wrong K) or non-finite values; the message names the trial and ``log``.
+            out-of-range (wrong K) values; the message names the trial and ``log``.
+        TrialFailed: non-finite logits (a diverged model): the candidate is ruled out, the tune goes on.
     """
     if not isinstance(result, TrialPredictions):
         raise TrialError(WRONG_TYPE.format(trial=trial.name, kind=type(result).__name__, log=_log(log)))
@@ -195,6 +195,9 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
             raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=f"not arrays ({error})",
                                               log=_log(log))) from None
         problem = _split_problem(true, pred, scores, num_classes)
+        if problem == NON_FINITE:
+            raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem,
+                                                log=_log(log)))
         if problem:
             raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
         y_true[split] = true.astype(np.int64)
@@ -308,57 +311,3 @@ class TrialStore:
             return
         for split, (y_true, _) in self.read(trial).items():
             self._first.setdefault(split, (trial.name, y_true))
-
-
-def run_trials(
-    trials: Iterable[Trial],
-    call: Callable[[Trial], Any],
-    store: TrialStore,
-    *,
-    executor: Any = None,
-    log: Callable[[Trial], Path | None] = lambda trial: None,
-    stream: TextIO | None = None,
-) -> None:
-    """Run every unfinished trial (``call(trial)`` returns its :class:`TrialPredictions`), check and
-    store each as it comes back; finished trials are skipped.
-
-    Args:
-        trials: the trials, in order.
-        call: runs one trial; with ``executor`` it is submitted as ``executor.submit(call, trial)``, so
-            it (and what it refers to) must pickle for a process pool or submitit.
-        store: where the trials are kept.
-        executor: a :class:`concurrent.futures.Executor` or anything with ``submit(fn, *args)``
-            returning an object with ``result()`` (a submitit executor); None: one after another, here.
-        log: a trial's log file, named in errors.
-        stream: progress lines (None: silent).
-
-    Raises:
-        TrialError: a trial failed or returned predictions tune cannot use; the trials stored before
-            stay stored.
-    """
-    todo: list[Trial] = []
-    done: list[Trial] = []
-    for trial in trials:
-        (done if store.is_finished(trial) else todo).append(trial)
-    for trial in done:
-        store.remember_labels(trial)
-        if stream is not None:
-            print(f"skipped {trial.name} (finished earlier)", file=stream, flush=True)
-    start = {trial.key: time.perf_counter() for trial in todo}
-    pending = [(trial, None if executor is None else executor.submit(call, trial)) for trial in todo]
-    for index, (trial, future) in enumerate(pending, 1):
-        try:
-            result = call(trial) if future is None else future.result()
-        except TrialError:
-            raise
-        except Exception as error:
-            message = str(error).strip().splitlines()
-            text = f"{type(error).__name__}: {message[-1] if message else ''}".rstrip(": ")
-            failure = _TRIAL_FAILED.format(trial=trial.name, error=text, log=_log(log(trial)))
-            raise TrialError(failure) from error
-        stored = check_trial_predictions(trial, result, store.num_classes, log(trial))
-        store.check_labels(stored, log(trial))
-        store.write(stored, time.perf_counter() - start[trial.key])
-        if stream is not None:
-            seconds = time.perf_counter() - start[trial.key]
-            print(f"[{index}/{len(pending)}] done {trial.name} ({seconds:.1f} s)", file=stream, flush=True)

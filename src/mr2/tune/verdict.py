@@ -17,11 +17,10 @@ accuracy is ``se = std(overall_ERM, ddof=1) / sqrt(n)``. The outcome, first matc
 1. ``nothing to confirm``: ERM itself was chosen (no candidate given): ERM's figures are reported;
 2. ``contradicted``: ``p_less < alpha`` (significantly worse than ERM): recommend ERM;
 3. ``confirmed``: ``p_greater < alpha`` and ``mean(o) >= -se`` (costs no more than ERM's seed
-   standard error overall): paste the configuration;
-4. ``supported``: ``d > 0`` but not confirmed: the direction held but not beyond noise (or, when
-   ``p_greater < alpha``, the hard-tier gain is significant but costs more than ERM's seed standard
-   error overall: :attr:`Verdict.overall_cost` says which); paste with that caveat;
-5. ``not confirmed``: ``d <= 0`` and not contradicted: ERM is the safe default.
+   standard error overall): the one outcome under which ``mr2 tune`` advises adopting it;
+4. ``gain with a cost``: ``p_greater < alpha`` but ``mean(o) < -se``: a trade-off, not adopted;
+5. ``inconclusive``: neither test significant, whatever the sign of ``d``: a useless configuration
+   has ``d > 0`` half the time, so the sign alone is no evidence; not adopted.
 
 Seeds that would settle it (:func:`seeds_needed`): the smallest ``n >= 2`` at which a one-sided
 paired t-test at level ``alpha`` has power ``>= power`` (default 80 %) if the true mean and SD of the
@@ -51,6 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mr2.errors import MR2Error
+from mr2.report.statistics import paired_t_test
 from mr2.tune.selection import prediction_problem
 
 __all__ = [
@@ -69,12 +69,12 @@ __all__ = [
 ]
 
 CONFIRMED = "confirmed"
-SUPPORTED = "supported"
-NOT_CONFIRMED = "not confirmed"
+GAIN_WITH_COST = "gain with a cost"
+INCONCLUSIVE = "inconclusive"
 CONTRADICTED = "contradicted"
 NOTHING_TO_CONFIRM = "nothing to confirm"
 #: Every outcome, best first.
-OUTCOMES = (CONFIRMED, SUPPORTED, NOT_CONFIRMED, CONTRADICTED, NOTHING_TO_CONFIRM)
+OUTCOMES = (CONFIRMED, GAIN_WITH_COST, INCONCLUSIVE, CONTRADICTED, NOTHING_TO_CONFIRM)
 #: The test's level and the power the seeds-needed calculation aims at.
 ALPHA = 0.05
 POWER = 0.8
@@ -248,11 +248,6 @@ class Verdict:
     alpha: float = ALPHA
     power: float = POWER
 
-    @property
-    def pasteable(self) -> bool:
-        """Whether the chosen configuration may be pasted (``confirmed``, or ``supported`` with a caveat)."""
-        return self.outcome in (CONFIRMED, SUPPORTED)
-
     def to_dict(self) -> dict[str, Any]:
         def clean(value: float) -> float | str | None:
             if math.isnan(value):
@@ -344,14 +339,10 @@ def judge_figures(
     overall = new_overall - ref_overall
     n = len(seeds)
     mean, sd = _mean_sd(hard)
-    if sd <= _ROUNDING:
-        if abs(mean) <= _ROUNDING:
-            t, p_greater, p_less = 0.0, 1.0, 1.0
-        else:
-            t = math.copysign(math.inf, mean)
-            p_greater, p_less = (0.0, 1.0) if mean > 0 else (1.0, 0.0)
+    t = paired_t_test(new_hard, ref_hard).statistic  # the report's paired test: one t for both
+    if sd <= _ROUNDING and abs(mean) <= _ROUNDING:
+        p_greater, p_less = 1.0, 1.0
     else:
-        t = mean / (sd / math.sqrt(n))
         p_greater, p_less = float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1))
     verdict.chosen_hard, verdict.chosen_overall = new_hard.tolist(), new_overall.tolist()
     verdict.hard_differences, verdict.overall_differences = hard.tolist(), overall.tolist()
@@ -364,12 +355,10 @@ def judge_figures(
         verdict.seeds_needed = seeds_needed(mean, sd, alpha=alpha, power=power)
     if p_less < alpha:
         verdict.outcome = CONTRADICTED
-    elif p_greater < alpha and not verdict.overall_cost:
-        verdict.outcome = CONFIRMED
-    elif mean > 0:
-        verdict.outcome = SUPPORTED
+    elif p_greater < alpha:
+        verdict.outcome = GAIN_WITH_COST if verdict.overall_cost else CONFIRMED
     else:
-        verdict.outcome = NOT_CONFIRMED
+        verdict.outcome = INCONCLUSIVE
     return verdict
 
 
@@ -412,7 +401,7 @@ def judge(
         >>> new = {0: (y, np.array([0, 0, 1, 1, 2, 2])), 1: (y, np.array([0, 1, 1, 1, 2, 2]))}
         >>> verdict = judge(erm, new, [2], 3, chosen_label="mr2")
         >>> verdict.outcome, verdict.hard_differences, verdict.seeds_needed
-        ('supported', [0.5, 1.0], 4)
+        ('inconclusive', [0.5, 1.0], 4)
     """
     hard = [int(k) for k in hard_classes]
     if not hard or len(set(hard)) != len(hard) or min(hard) < 0 or max(hard) >= num_classes:

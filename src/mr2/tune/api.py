@@ -1,0 +1,109 @@
+"""``mr2 tune`` from Python: :func:`tune` (your own training function) and :func:`tune_config` (mr2's
+engine with a run configuration). Both build a :class:`mr2.tune.request.TuneRequest` and a trial
+source and call the one driver, :func:`mr2.tune.driver.run_tune`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO
+
+from mr2.tune.candidates import DEFAULT_CANDIDATE_SET, Candidate
+from mr2.tune.design import DEFAULT_DESIGN, Design
+from mr2.tune.driver import TuneResult, run_tune
+from mr2.tune.errors import TuneInputError
+from mr2.tune.request import make_request
+from mr2.tune.source import FunctionSource
+from mr2.tune.trials import Trial, TrialPredictions, TrialStore
+
+__all__ = ["NOT_CALLABLE", "NO_SUBMIT", "OUTPUT_IS_FILE", "tune"]
+
+NOT_CALLABLE = "train_fn must be callable as train_fn(candidate, seed); got {kind}"
+NO_SUBMIT = (
+    "executor must have submit(fn, *args) (a concurrent.futures.Executor or a submitit executor); got {kind}"
+)
+OUTPUT_IS_FILE = "output_dir {path} is a file; give a directory (it is created if missing)"
+
+
+def _train(train_fn: Callable[[Candidate, int], Any], trial: Trial) -> Any:
+    """Run one trial of :func:`tune` (module level, so that it pickles for process pools and submitit)."""
+    return train_fn(trial.candidate, trial.seed)
+
+
+def tune(
+    train_fn: Callable[[Candidate, int], TrialPredictions],
+    *,
+    num_classes: int,
+    candidates: str | Sequence[Candidate] = DEFAULT_CANDIDATE_SET,
+    seeds: int | str | Sequence[int] = 3,
+    confirm_seeds: int | str | Sequence[int] = 3,
+    criterion: str = "hard_tier",
+    output_dir: str | Path,
+    name: str = "tune",
+    class_names: Sequence[str] | None = None,
+    executor: Any = None,
+    workers: int | None = None,
+    design: Design = DEFAULT_DESIGN,
+    stream: TextIO | None = None,
+) -> TuneResult:
+    """Choose among loss candidates on YOUR training code's validation predictions, confirm on fresh
+    seeds, and advise: adopt the chosen loss only when the confirmation says so at the design's stated
+    error rate, else keep ERM. Writes ``recommendation.json`` and the confirmation report under
+    ``output_dir/name``.
+
+    ``train_fn(candidate, seed)`` trains one trial and returns :class:`mr2.tune.TrialPredictions`
+    (validation and test: ``y_true`` plus ``y_pred`` or ``logits``). It should call
+    ``candidate.seed_everything(seed)`` first, train with ``loss = candidate.make_loss()`` (an
+    ``nn.Module`` called as ``loss(logits, features, target)``; ``features``, the penultimate layer, is
+    needed when ``loss.needs_features``; ``loss.parameters()`` belong in the optimiser), and predict the
+    same validation and test samples in the same order in every trial.
+
+    A trial that raises or returns non-finite logits FAILED: its candidate is ruled out and the tune
+    goes on (ERM failing ends it).
+
+    Args:
+        train_fn: the training function (picklable, i.e. defined at module level, when ``executor`` is
+            a process pool or a submitit executor).
+        num_classes: K.
+        candidates: ``"full"`` (the default; its losses: two-stage procedures need ``mr2 tune
+            --config``), ``"quick"`` or a list of :class:`mr2.tune.Candidate` including ``erm``.
+        seeds: the selection seed pool (a count from 0, or a list); at least 2.
+        confirm_seeds: the fresh confirmation seed pool (a count after the selection seeds, or a list).
+        criterion: ``hard_tier``, ``worst_class`` or ``overall``.
+        output_dir: where the tune directory goes.
+        name: the tune directory's name.
+        class_names: K class names for the report.
+        executor: a :class:`concurrent.futures.Executor` (or a submitit executor: trials become Slurm
+            jobs) to run trials in parallel; None runs them one after another in this process.
+        workers: trials submitted to ``executor`` at a time (default: its worker count).
+        design: the procedure (:class:`mr2.tune.design.Design`; the default is the stated rule of
+            docs/tune.md).
+        stream: progress and results (default stdout).
+
+    Returns:
+        :class:`mr2.tune.driver.TuneResult` (``result.adopt``; ``result.recommended.make_loss()`` is the
+        loss to use: the adopted one, else ERM's cross-entropy).
+
+    Raises:
+        TuneInputError: bad arguments (nothing written).
+        TrialError: ``train_fn`` returned something tune cannot use (wrong type, wrong K, ``y_true``
+            differing between trials); finished trials are kept and reused by the next call.
+        TuneSelectionError: ERM failed, or no choice could be made.
+
+    Running the same call again reuses every finished trial (resume).
+    """
+    if not callable(train_fn):
+        raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
+    if Path(output_dir).is_file():
+        raise TuneInputError(OUTPUT_IS_FILE.format(path=output_dir))
+    request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
+                           confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
+                           name=name, class_names=class_names, design=design)
+    assert request.num_classes is not None
+    source = FunctionSource(partial(_train, train_fn), TrialStore(request.directory, request.num_classes),
+                            executor=executor, workers=workers)
+    return run_tune(request, source, stream=stream)

@@ -1,0 +1,337 @@
+"""The one tune driver: the plan's rounds of trials, run by a trial source, then the confirmation
+report, the advice and ``recommendation.json`` (:func:`run_tune`).
+
+Every way in (``mr2 tune --config``, ``--command`` and :func:`mr2.tune.tune`) builds a
+:class:`mr2.tune.request.TuneRequest` and a trial source (:mod:`mr2.tune.source`) and calls
+:func:`run_tune`. The plan (:class:`mr2.tune.design.Plan`) decides which trials run and what to
+advise; the driver runs them, feeds their VALIDATION figures to the plan during selection and their
+TEST figures (on the hard tier the plan fixed at the end of selection) during the confirmation.
+
+Failures have one rule (:mod:`mr2.tune.source`): a failed trial rules its candidate out
+("not eligible: failed (reason, log)") and the tune goes on; ERM failing ends it
+(:class:`mr2.tune.selection.TuneSelectionError`: nothing to compare with).
+
+Layout of ``<output_dir>/<name>/``: the source's trials (``selection/`` and ``confirmation/`` sweeps
+for the engine, ``trials/`` for your own code), ``confirmation/report/`` (the confirmation's disparity
+report, on the verdict's tiers) and ``recommendation.json`` (:class:`mr2.tune.record.TuneRecord`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+
+import mr2
+from mr2.io import atomic_write_json
+from mr2.report.confusion import confusion_matrix
+from mr2.report.exceptions import ReportError
+from mr2.report.run_dir import RunRecord
+from mr2.report.settings import ReportSettings
+from mr2.report.tables import comparison_markdown
+from mr2.report.writer import ReportOutput, write_report
+from mr2.tune.candidates import REFERENCE_LABEL, Candidate
+from mr2.tune.design import Advice
+from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
+from mr2.tune.request import TuneRequest
+from mr2.tune.selection import Choice, ValidationFigures, rule_text, split_halves
+from mr2.tune.source import TrialResult, TrialSource, format_seconds
+from mr2.tune.text import advice_text, choice_text, design_text, early_size_warning
+from mr2.tune.trials import Trial
+from mr2.tune.verdict import Verdict, seed_figures
+
+__all__ = ["TuneResult", "describe", "run_tune"]
+
+_BAD_REPORT = "the confirmation report could not be written: {error}"
+_TIERS_RANKED_BY = (
+    "ERM's selection runs (mean per-class validation accuracy over all validation samples), fixed before "
+    "the confirmation: the verdict's tiers"
+)
+
+
+@dataclass
+class TuneResult:
+    """What a tune produced.
+
+    Attributes:
+        request: the validated request.
+        choice: the selection's outcome.
+        advice: the plan's advice (adopt or not, and why).
+        record: ``recommendation.json``'s content.
+        recommendation_file: its path.
+        report_dir: the confirmation report's directory (None if none could be written).
+        failed: candidate label -> why its trial failed.
+    """
+
+    request: TuneRequest
+    choice: Choice | None
+    advice: Advice
+    record: TuneRecord
+    recommendation_file: Path
+    report_dir: Path | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def adopt(self) -> bool:
+        return self.advice.adopt
+
+    @property
+    def recommended(self) -> Candidate:
+        """The candidate to USE: the adopted one, else ERM (``result.recommended.make_loss()``)."""
+        return self.request.candidate(self.advice.use)
+
+    @property
+    def chosen(self) -> Candidate | None:
+        """What selection sent to the confirmation (None: nothing)."""
+        return None if self.advice.chosen is None else self.request.candidate(self.advice.chosen)
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.advice.verdict
+
+    @property
+    def ok(self) -> bool:
+        """The tune ran to its advice (a failed candidate does not make it fail)."""
+        return True
+
+
+def describe(request: TuneRequest, source: TrialSource, *, commands: bool = False) -> str:
+    """The rule, the design, the candidates and the trials the plan may run (``--dry-run`` and the
+    start): expected and maximum trainings, and each selection trial's state."""
+    plan = request.plan()
+    kind = {"engine": "mr2's engine runs every candidate, two-stage procedures included",
+            "python": "your train_fn runs the losses", "command": "your command runs the losses"}
+    lines = [
+        f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates)} candidates "
+        f"({request.candidate_set}; {kind.get(source.kind, source.kind)}), criterion {request.criterion}",
+        "",
+        "Rule: " + textwrap.fill(rule_text(request.criterion), 100, subsequent_indent="  "),
+        "",
+        "Design: " + textwrap.fill(design_text(request.design), 100, subsequent_indent="  "),
+        "",
+        f"trainings: {plan.expected_trainings()} expected (by simulation), at most {plan.max_trainings()}; "
+        f"selection seeds from {request.seeds}, confirmation seeds from {request.confirm_seeds}",
+    ]
+    first = plan.next_round()
+    lines.append(f"first round ({len(first)} trials):")
+    for item in first:
+        trial = request.trial(item.phase, item.label, item.seed)
+        state = "finished" if source.is_finished(trial) else "to run"
+        lines.append(f"  {trial.name:<48} {state}")
+        if commands:
+            lines.append(f"    $ {source.describe(trial)}")
+    return "\n".join(lines)
+
+
+def git_commit() -> str | None:
+    """The commit of the mr2 source tree this runs from (None outside a git checkout)."""
+    root = Path(mr2.__file__).resolve().parent.parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        result = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+class _Run:
+    """One tune's state while it runs."""
+
+    def __init__(self, request: TuneRequest, source: TrialSource, out: TextIO) -> None:
+        self.request = request
+        self.source = source
+        self.out = out
+        self.plan = request.plan()
+        self.results: dict[str, TrialResult] = {}
+        self.failed: dict[str, dict[str, Any]] = {}
+        self.trainings = 0
+        self.announced = False
+        self.warned = False
+
+    @property
+    def num_classes(self) -> int:
+        k = self.request.num_classes or self.source.num_classes()
+        assert k is not None, "the source knows K once a trial finished"
+        return k
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def feed(self, result: TrialResult) -> None:
+        trial = result.trial
+        self.results[trial.name] = result
+        self.trainings += 1
+        label = trial.candidate.label
+        if not result.ok:
+            self.failed[label] = {"phase": trial.phase, "seed": trial.seed, "reason": result.failure,
+                                  "log": None if result.log is None else str(result.log)}
+            where = f" (log: {result.log})" if result.log is not None else ""
+            self.say(f"{label} is not eligible: failed ({result.failure}){where}")
+            self.plan.record_failure(trial.phase, label, trial.seed, f"{result.failure}{where}")
+            return
+        assert result.predictions is not None
+        if trial.phase == "selection":
+            y_true, y_pred = result.predictions["val"]
+            figures = ValidationFigures.from_predictions(f"{label}@{trial.seed}", trial.seed, y_true, y_pred,
+                                                         self.num_classes)
+            self.plan.record_validation(label, trial.seed, figures)
+            if not self.warned and label == REFERENCE_LABEL:
+                self.warned = True
+                warning = early_size_warning(_samples_per_class(y_true, self.num_classes))
+                if warning:
+                    self.say(warning)
+        else:
+            y_true, y_pred = result.predictions["test"]
+            self.plan.record_test(label, trial.seed, seed_figures(y_true, y_pred, self.plan.hard_classes,
+                                                                  self.num_classes))
+
+    def round(self, trials: list[Trial]) -> None:
+        if not self.results and trials and trials[0].candidate.is_reference:
+            # ERM's first trial alone first: a broken setup shows in one trial, and the validation size
+            # is checked right after it.
+            for result in self.source.run(trials[:1], self.out):
+                self.feed(result)
+            trials = trials[1:]
+        if trials:
+            for result in self.source.run(trials, self.out):
+                self.feed(result)
+
+    def announce_choice(self) -> None:
+        choice = self.plan.choice
+        if self.announced or choice is None:
+            return
+        self.announced = True
+        rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule)
+        self.say("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "))
+        self.say("\n" + choice_text(choice))
+        contenders = self.plan.contenders
+        seeds = self.request.confirm_seeds
+        if contenders:
+            self.say(f"\n== confirmation on fresh seeds (test split; up to {seeds}): ERM against "
+                     f"{', '.join(contenders)}")
+        else:
+            self.say("\n== confirmation: no candidate to confirm")
+
+
+def _samples_per_class(y_true: np.ndarray, num_classes: int) -> tuple[int, float]:
+    """(min, median) over the classes of the validation samples in the smaller scoring half."""
+    halves = split_halves(y_true)
+    counts = np.stack([np.bincount(y_true[halves == h], minlength=num_classes) for h in (0, 1)]).min(0)
+    return int(counts.min()), float(np.median(counts))
+
+
+def _report(run: _Run, choice: Choice | None) -> tuple[ReportOutput | None, Path | None, str]:
+    """The confirmation's disparity report over ERM and every confirmed contender, on the verdict's
+    tiers (ranked on ERM's selection runs, fixed before the confirmation)."""
+    request = run.request
+    k = run.num_classes
+    names = request.class_names or getattr(run.source, "class_names", None)
+    records = []
+    for result in run.results.values():
+        trial = result.trial
+        if trial.phase != "confirmation" or not result.ok:
+            continue
+        assert result.predictions is not None
+        val_true, val_pred = result.predictions["val"]
+        test_true, test_pred = result.predictions["test"]
+        records.append(RunRecord(
+            name=f"{trial.candidate.label}@{trial.seed}", method=trial.candidate.label, seed=trial.seed,
+            confusion=confusion_matrix(torch.from_numpy(test_pred), torch.from_numpy(test_true), k).numpy(),
+            class_names=names,
+            validation_confusion=confusion_matrix(torch.from_numpy(val_pred), torch.from_numpy(val_true),
+                                                  k).numpy(),
+            path=result.log))
+    if not any(r.method == REFERENCE_LABEL for r in records):
+        return None, None, ""
+    tiers = None if choice is None or not any(t >= 0 for t in choice.tiers) else tuple(choice.tiers)
+    settings = ReportSettings(reference=REFERENCE_LABEL, tier_source="validation", bootstrap_resamples=1000,
+                              plots=False, tier_assignment=tiers,
+                              tiers_ranked_by=None if tiers is None else _TIERS_RANKED_BY)
+    target = request.directory / "confirmation" / "report"
+    try:
+        return write_report(records, target, settings), target, ""
+    except ReportError as error:
+        return None, None, _BAD_REPORT.format(error=error)
+
+
+def run_tune(request: TuneRequest, source: TrialSource, *, stream: TextIO | None = None) -> TuneResult:
+    """Run the tune's plan with ``source``; write the confirmation report and ``recommendation.json``;
+    print progress, the choice, the advice (last) to ``stream`` (default stdout).
+
+    Raises:
+        mr2.tune.selection.TuneSelectionError: ERM failed (nothing to compare with), or no choice could
+            be made.
+        mr2.tune.errors.TrialError: invalid input from a trial (wrong shapes or K, labels differing
+            between trials); the finished trials are kept and reused by the next call.
+    """
+    out = stream if stream is not None else sys.stdout
+    run = _Run(request, source, out)
+    print(describe(request, source), file=out, flush=True)
+    print("\n== selection (validation split only)", file=out, flush=True)
+    while True:
+        batch = run.plan.next_round()
+        if not batch:
+            break
+        if batch[0].phase == "confirmation":
+            run.announce_choice()
+        run.round([request.trial(item.phase, item.label, item.seed) for item in batch])
+    run.announce_choice()
+    advice = run.plan.advice()
+    choice = run.plan.choice
+    output, report_dir, report_error = _report(run, choice)
+    use = request.candidate(advice.use)
+    chosen = None if advice.chosen is None else request.candidate(advice.chosen)
+    figures = None
+    if output is not None:
+        full = output.comparison.to_dict()
+        figures = {key: full.get(key) for key in ("reference", "tiers", "methods")}
+    confirmation_seeds = sorted({r.trial.seed for r in run.results.values()
+                                 if r.trial.phase == "confirmation"})
+    source_record = run.source.record()
+    record = TuneRecord(
+        adopt=advice.adopt,
+        use=configuration(use),
+        chosen=None if chosen is None else configuration(chosen),
+        reason=advice.reason,
+        criterion=request.criterion,
+        rule=rule_text(request.criterion, tier_rule=choice.tier_rule if choice is not None else "split_half"),
+        design=request.design.to_dict(),
+        candidate_set=request.candidate_set,
+        source={k: v for k, v in source_record.items() if k != "base_config"},
+        num_classes=run.num_classes,
+        selection={"seeds": request.seeds, "split": "validation",
+                   **({} if choice is None else choice.to_dict())},
+        failed=run.failed,
+        confirmation={"seeds": confirmation_seeds, "split": "test",
+                      "report": None if report_dir is None else str(report_dir / "report.json"),
+                      "figures": figures, "error": report_error or None},
+        verdict=None if advice.verdict is None else advice.verdict.to_dict(),
+        advice=advice.to_dict(),
+        trainings=run.trainings,
+        base_config=source_record.get("base_config"),
+        mr2_version=mr2.__version__,
+        git_commit=git_commit(),
+    )
+    recommendation_file = request.directory / RECOMMENDATION_FILE
+    atomic_write_json(recommendation_file, record.to_dict())
+    if output is not None:
+        print("\nConfirmation on fresh seeds (test split; reported whatever it says; tiers: "
+              f"{_TIERS_RANKED_BY}):\n", file=out)
+        print(comparison_markdown(output.comparison), file=out)
+        print(f"\nReport: {report_dir}/report.md", file=out)
+    elif report_error:
+        print(f"\n{report_error}", file=out)
+    seconds = sum(r.seconds for r in run.results.values())
+    print(f"\n{run.trainings} trainings ({format_seconds(seconds)} of training); "
+          f"recommendation: {recommendation_file}", file=out)
+    print("\n" + advice_text(advice, use, source.kind), file=out, flush=True)
+    return TuneResult(request, choice, advice, record, recommendation_file, report_dir,
+                      {label: item["reason"] for label, item in run.failed.items()})

@@ -1,0 +1,71 @@
+"""Running a tune from the command line until it ends or is stopped: signals, the trial commands'
+processes, exit codes (:func:`run_stoppable`).
+
+SIGTERM and SIGHUP (and Ctrl-C) stop the tune: the engine's trainers are stopped by the sweep
+machinery (:class:`mr2.sweep.SweepInterrupted`); the trial commands of ``--command`` are stopped by
+:func:`mr2.tune.command.stop_commands`. Finished trials are kept, and the same command resumes.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+from mr2.tune.driver import run_tune
+from mr2.tune.request import TuneRequest
+from mr2.tune.source import TrialSource
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_NO_ADVICE", "run_stoppable"]
+
+EXIT_NO_ADVICE = 1
+EXIT_BAD_INPUT = 2
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP while the trials run (a BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way takes it for a trial's failure)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+def run_stoppable(request: TuneRequest, source: TrialSource) -> int:
+    """Run the tune; the exit code of ``mr2 tune`` (its ``run``'s docstring)."""
+    from mr2.sweep import SweepInterrupted
+    from mr2.tune.command import allow_commands, stop_commands
+    from mr2.tune.errors import TuneInputError
+    from mr2.tune.selection import TuneSelectionError
+
+    allow_commands()
+    handled = source.kind == "command"  # the engine's sweep forwards its own stop signals
+    signals = (signal.SIGTERM, signal.SIGHUP) if handled else ()
+    previous = {signum: signal.signal(signum, _raise_stopped) for signum in signals}
+    try:
+        run_tune(request, source)
+    except TuneInputError as error:  # a trial's predictions could not be used at all
+        print(f"mr2 tune: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TuneSelectionError as error:
+        print(f"mr2 tune: no recommendation: {error}", file=sys.stderr)
+        return EXIT_NO_ADVICE
+    except SweepInterrupted as interrupt:
+        print(f"\nmr2 tune: interrupted ({interrupt}); its trainers were stopped; run the same command "
+              "again to resume.", file=sys.stderr)
+        return 128 + interrupt.signum
+    except (_Stopped, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
+        stop_commands()
+        print(f"\nmr2 tune: interrupted ({signal.Signals(signum).name}); the running trials' commands were "
+              "stopped, finished trials are kept; run the same command again to resume.", file=sys.stderr)
+        return 128 + signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        stop_commands()  # e.g. after an error while other trials still run
+    return 0

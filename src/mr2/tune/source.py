@@ -1,0 +1,283 @@
+"""Trial sources: what trains a tune's trials, behind one interface the driver (:mod:`mr2.tune.driver`)
+calls.
+
+A source runs a batch of trials (:class:`mr2.tune.trials.Trial`) and returns one
+:class:`TrialResult` each: the trial's validation and test predictions, or why it failed. Three
+sources exist: mr2's engine (:class:`mr2.tune.engine_source.EngineSource`, ``mr2 tune --config``), a
+Python function (:class:`FunctionSource`, :func:`mr2.tune.tune`) and a shell command
+(:class:`mr2.tune.command.CommandSource`, ``mr2 tune --command``). The last two keep their trials in a
+:class:`mr2.tune.trials.TrialStore` and run them with :func:`run_stored_trials` (progress, heartbeat,
+ETA; bounded submission to an executor).
+
+One rule for failures, for every source: a trial that raises, exits non-zero, times out, writes no
+predictions or returns non-finite logits FAILED (:class:`TrialFailed`): the driver rules its candidate
+out and goes on. Predictions tune cannot use at all (wrong type, wrong shapes or K, ``y_true``
+differing between trials) are invalid input (:class:`mr2.tune.errors.TrialError`): the tune stops.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mr2.tune.errors import TrialError, TrialFailed
+from mr2.tune.trials import SPLITS, Trial, TrialStore, check_trial_predictions
+
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "FunctionSource",
+    "TrialFailed",
+    "TrialResult",
+    "TrialSource",
+    "format_seconds",
+    "run_stored_trials",
+]
+
+#: How often a line says which trials are still running (seconds).
+HEARTBEAT_SECONDS = 60.0
+
+
+def format_seconds(seconds: float) -> str:
+    """``"42.0 s"``, ``"3 min 05 s"`` or ``"2 h 03 min"``.
+
+    >>> format_seconds(4.25), format_seconds(185), format_seconds(7400)
+    ('4.2 s', '3 min 05 s', '2 h 03 min')
+    """
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+Arrays = tuple[NDArray[np.int64], NDArray[np.int64]]
+
+
+@dataclass
+class TrialResult:
+    """One trial's outcome.
+
+    Attributes:
+        trial: the trial.
+        predictions: split -> ``(y_true, y_pred)`` (int64) when it finished; None when it failed.
+        failure: why it failed ("" when it finished).
+        log: its log file, where there is one.
+        seconds: its own training time (0 for a trial finished earlier).
+        reused: finished by an earlier invocation.
+    """
+
+    trial: Trial
+    predictions: dict[str, Arrays] | None
+    failure: str = ""
+    log: Path | None = None
+    seconds: float = 0.0
+    reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.predictions is not None
+
+
+class TrialSource(Protocol):
+    """What the driver needs of a source of trials."""
+
+    kind: str
+
+    def record(self) -> dict[str, Any]:
+        """How the source is recorded in ``recommendation.json`` (``{"kind": ...}``)."""
+
+    def num_classes(self) -> int | None:
+        """K when the source knows it before any trial ran (None: from the first finished trial)."""
+
+    def is_finished(self, trial: Trial) -> bool:
+        """Whether the trial finished earlier (reused without training)."""
+
+    def describe(self, trial: Trial) -> str:
+        """A dry run's line for the trial (what runs it)."""
+
+    def run(self, trials: Sequence[Trial], stream: TextIO) -> list[TrialResult]:
+        """Run (or reuse) every trial of the batch; one result per trial, in order."""
+
+
+def _timed(call: Callable[[Trial], Any], trial: Trial) -> tuple[Any, float]:
+    """``(call(trial), seconds)``: module level, so that it pickles for process pools and submitit."""
+    start = time.perf_counter()
+    return call(trial), time.perf_counter() - start
+
+
+def _window(executor: Any, workers: int | None) -> int:
+    if workers is not None:
+        return max(1, workers)
+    return max(1, int(getattr(executor, "_max_workers", 0) or 1))
+
+
+def _error_text(error: BaseException) -> str:
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[-1] if message else ''}".rstrip(": ")
+
+
+def run_stored_trials(
+    trials: Sequence[Trial],
+    call: Callable[[Trial], Any],
+    store: TrialStore,
+    *,
+    stream: TextIO | None = None,
+    executor: Any = None,
+    workers: int | None = None,
+    log: Callable[[Trial], Path | None] = lambda trial: None,
+    heartbeat: float = HEARTBEAT_SECONDS,
+) -> list[TrialResult]:
+    """Run every unfinished trial of ``trials`` with ``call`` (it returns the trial's
+    :class:`mr2.tune.trials.TrialPredictions`), check and store each as it comes back; reuse the
+    finished ones.
+
+    With an ``executor`` (``submit(fn, *args)`` returning a future), at most ``workers`` trials are
+    submitted at a time (default: the executor's worker count, else 1) and the next is submitted when
+    one comes back; on an invalid-input error the queued ones are cancelled. While trials run, a line
+    every ``heartbeat`` seconds names each running trial, its elapsed time and log; each finished
+    trial prints its own duration and an ETA for the batch from the measured trial times.
+
+    Raises:
+        TrialError: invalid input (the trial's predictions cannot be used at all); trials stored before
+            stay stored. A trial that fails is a :class:`TrialResult` with ``failure``, not an error.
+    """
+    out = stream if stream is not None else sys.stdout
+    results: dict[str, TrialResult] = {}
+    todo: list[Trial] = []
+    for trial in trials:
+        if store.is_finished(trial):
+            store.remember_labels(trial)
+            results[trial.key] = TrialResult(trial, store.read(trial), log=log(trial), reused=True)
+            print(f"reused {trial.name} (finished earlier)", file=out, flush=True)
+        else:
+            todo.append(trial)
+    durations: list[float] = []
+    total = len(todo)
+    done = 0
+    window = _window(executor, workers)
+
+    def finish(trial: Trial, outcome: tuple[Any, float] | None, error: BaseException | None) -> None:
+        nonlocal done
+        done += 1
+        trial_log = log(trial)
+        seconds = 0.0 if outcome is None else outcome[1]
+        failure = ""
+        if error is not None:
+            if isinstance(error, TrialError) and not isinstance(error, TrialFailed):
+                raise error
+            failure = str(error) if isinstance(error, TrialFailed) else _error_text(error)
+        else:
+            assert outcome is not None
+            try:
+                stored = check_trial_predictions(trial, outcome[0], store.num_classes, trial_log)
+            except TrialFailed as failed:
+                failure = str(failed)
+            else:
+                store.check_labels(stored, trial_log)
+                store.write(stored, seconds)
+                arrays = {s: (stored.y_true[s], stored.y_pred[s]) for s in SPLITS}
+                results[trial.key] = TrialResult(trial, arrays, log=trial_log, seconds=seconds)
+        if failure:
+            results[trial.key] = TrialResult(trial, None, failure=failure, log=trial_log, seconds=seconds)
+        durations.append(seconds)
+        left = total - done
+        eta = ""
+        if left and durations:
+            eta = f"; about {format_seconds(left * float(np.mean(durations)) / window)} left in this round"
+        state = f"FAILED ({failure})" if failure else f"done in {format_seconds(seconds)}"
+        print(f"[{done}/{total}] {trial.name} {state}{eta}", file=out, flush=True)
+
+    if executor is None:
+        for trial in todo:
+            print(f"running {trial.name}" + (f" (log: {log(trial)})" if log(trial) else ""), file=out,
+                  flush=True)
+            try:
+                outcome = _timed(call, trial)
+            except Exception as error:  # a failed trial (the rule in the module docstring)
+                finish(trial, None, error)
+            else:
+                finish(trial, outcome, None)
+        return [results[t.key] for t in trials]
+
+    queue = list(todo)
+    running: dict[Any, tuple[Trial, float]] = {}
+    last_beat = time.monotonic()
+    try:
+        while queue or running:
+            while queue and len(running) < window:
+                trial = queue.pop(0)
+                running[executor.submit(_timed, call, trial)] = (trial, time.monotonic())
+            futures = list(running)
+            if all(isinstance(f, concurrent.futures.Future) for f in futures):
+                finished = concurrent.futures.wait(futures, timeout=min(heartbeat, 5.0),
+                                                   return_when=concurrent.futures.FIRST_COMPLETED).done
+            else:
+                finished = set(_poll(futures))
+            for future in finished:
+                trial, _ = running.pop(future)
+                try:
+                    outcome = future.result()
+                except Exception as error:  # a failed trial (the rule in the module docstring)
+                    finish(trial, None, error)
+                else:
+                    finish(trial, outcome, None)
+            now = time.monotonic()
+            if running and now - last_beat >= heartbeat:
+                last_beat = now
+                for trial, started in running.values():
+                    where = f", log: {log(trial)}" if log(trial) else ""
+                    print(f"  still running {trial.name} ({format_seconds(now - started)}{where})", file=out,
+                          flush=True)
+    except BaseException:
+        for future in running:
+            cancel = getattr(future, "cancel", None)
+            if callable(cancel):
+                cancel()
+        raise
+    return [results[t.key] for t in trials]
+
+
+def _poll(futures: Sequence[Any]) -> list[Any]:
+    """Futures without ``concurrent.futures`` waiting (a submitit job): those done now, after a pause."""
+    done = [f for f in futures if getattr(f, "done", lambda: False)()]
+    if not done:
+        time.sleep(1.0)
+    return done
+
+
+@dataclass
+class FunctionSource:
+    """Trials of a Python function ``train_fn(candidate, seed) -> TrialPredictions``
+    (:func:`mr2.tune.tune`)."""
+
+    call: Callable[[Trial], Any]
+    store: TrialStore
+    executor: Any = None
+    workers: int | None = None
+    kind: str = "python"
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": "python"}
+
+    def num_classes(self) -> int | None:
+        return self.store.num_classes
+
+    def is_finished(self, trial: Trial) -> bool:
+        return self.store.is_finished(trial)
+
+    def describe(self, trial: Trial) -> str:
+        return "train_fn(candidate, seed)"
+
+    def run(self, trials: Sequence[Trial], stream: TextIO) -> list[TrialResult]:
+        return run_stored_trials(trials, self.call, self.store, stream=stream, executor=self.executor,
+                                 workers=self.workers)
