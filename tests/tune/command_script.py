@@ -1,7 +1,8 @@
 """A stand-in for a user's training script, for ``mr2 tune --command`` tests: no training, predictions
 drawn per (loss specification, seed) like ``test_trial_tune.simulated``. NumPy only, so a trial takes a
 fraction of a second. ``FAKE_MODE`` makes it misbehave: ``exit3``, ``nothing``, ``wrong_k``, ``nan``,
-``labels`` (the second trial predicts other test samples)."""
+``labels`` (the second trial predicts other test samples); ``FAKE_FAIL`` gives a mode to named
+candidates only (``mr2-paper-c1:exit3,mr2-distance_1d-c1:nan``)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def main() -> int:
     spec = json.loads(args.loss_json)
     label = LABELS[(spec["method"], spec["options"].get("variant"))]
     mode = os.environ.get("FAKE_MODE", "")
+    # FAKE_FAIL="label:mode,label:mode": only those candidates misbehave.
+    for item in filter(None, os.environ.get("FAKE_FAIL", "").split(",")):
+        target, how = item.split(":")
+        if target == label:
+            mode = how
     counter = os.environ.get("FAKE_COUNTER")
     if counter:
         with open(counter, "a") as handle:

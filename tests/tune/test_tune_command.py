@@ -16,7 +16,9 @@ from mr2.cli.main import main
 from mr2.sweep.launcher import SLURM_ONLY
 from mr2.tune import tune
 from mr2.tune.command import EXIT_CODE, MISSING_PLACEHOLDER, NO_PREDICTIONS, UNKNOWN_PLACEHOLDER
-from mr2.tune.trial_tune import describe_trials, make_trial_request
+from mr2.tune.command import command_source
+from mr2.tune.driver import describe
+from mr2.tune.request import make_request
 
 assert NO_PREDICTIONS.startswith("trial {trial}: the command wrote no predictions: {path} is missing")
 
@@ -44,9 +46,13 @@ def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(comm
     printed = capsys.readouterr().out
     record = json.loads((out / "c" / "recommendation.json").read_text())
     assert record["source"] == {"kind": "command", "command": COMMAND}
-    assert record["label"] == "mr2-logit_only-c1"
-    assert record["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}}
-    assert record["verdict"]["outcome"] in ("confirmed", "supported", "not confirmed", "contradicted")
+    assert record["chosen"]["label"] == "mr2-logit_only-c1"
+    assert record["chosen"]["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}}
+    assert record["verdict"]["outcome"] in ("confirmed", "gain with a cost", "inconclusive", "contradicted")
+    # The record's configuration to use agrees with the advice printed last.
+    assert record["label"] == (record["chosen"]["label"] if record["adopt"] else "erm")
+    last = printed.rstrip().splitlines()[-1].strip()
+    assert last == "loss_spec: " + json.dumps(record["loss_spec"], separators=(",", ":"))
     assert Path(record["confirmation"]["report"]).is_file() and "Report: " in printed
     # Each trial's command line and output are in its log.
     log = out / "c" / "trials" / "selection" / "erm" / "seed=1" / "train.log"
@@ -54,8 +60,8 @@ def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(comm
     # The Python API on the same simulated trials: the same selection record.
     python = tune(simulated, num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path,
                   name="c")
-    assert python.record["selection"] == record["selection"]
-    assert python.record["verdict"] == record["verdict"]
+    assert python.record.selection == record["selection"]
+    assert python.record.verdict == record["verdict"]
 
 
 def test_selection_test_predictions_cannot_change_the_choice_and_a_rerun_runs_no_command(
@@ -81,12 +87,18 @@ def test_selection_test_predictions_cannot_change_the_choice_and_a_rerun_runs_no
 def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing(tmp_path, capsys):
     assert main(_args(tmp_path / "out", "--dry-run")) == 0
     printed = capsys.readouterr().out
-    assert "cost: 8 selection trials (4 candidates x seeds [0, 1]) + up to 4 confirmation trials" in printed
-    assert "--loss-json '{\"method\":\"mr2\",\"options\":{\"variant\":\"paper\",\"c_bar\":1.0}}' --seed 1" in printed
-    assert "not run by this source: jtt, hbr" not in printed  # quick has no engine-only candidate
+    request = make_request(num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path / "out",
+                           name="c")
+    plan = request.plan()
+    assert (f"trainings: {plan.expected_trainings()} expected (by simulation), at most {plan.max_trainings()}"
+            in printed)
+    command = "--loss-json '{\"method\":\"mr2\",\"options\":{\"variant\":\"paper\",\"c_bar\":1.0}}' --seed 1"
+    assert printed.count(command) == 1  # each trial's command once
+    assert "not run by this source" not in printed  # quick has no engine-only candidate
     assert not (tmp_path / "out").exists()
-    request = make_trial_request(num_classes=K, candidates="full", output_dir=tmp_path, name="c")
-    assert "two-stage procedures need mr2 tune --config: jtt, hbr)" in describe_trials(request)
+    full = make_request(num_classes=K, candidates="full", output_dir=tmp_path, name="c")
+    text = describe(full, command_source(COMMAND, full))
+    assert "not run by this source (two-stage procedures need mr2 tune --config: jtt, hbr)" in text
 
 
 @pytest.mark.parametrize(
@@ -134,21 +146,16 @@ def test_config_and_command_together_are_refused_by_the_parser(tmp_path, capsys)
 @pytest.mark.parametrize(
     ("mode", "trial", "message"),
     [
-        ("exit3", "selection/erm@0", EXIT_CODE.format(trial="selection/erm@0", code=3, log="{log}")),
-        ("nothing", "selection/erm@0", "trial selection/erm@0: the command wrote no predictions: {out}/val.npz is "
-         "missing"),
         ("wrong_k", "selection/erm@0",
          "trial selection/erm@0, val split: logits have 7 columns but num_classes is 6 (wrong K: one column per "
          "class) (log: {log})"),
-        ("nan", "selection/erm@0", "trial selection/erm@0: predictions file {out}/val.npz"),
-        ("labels", "selection/erm@1",
-         "trial selection/erm@1, test split: y_true differs from trial selection/erm@0's (360 of 360 labels "
+        ("labels", "selection/mr2-paper-c1@0",
+         "trial selection/mr2-paper-c1@0, test split: y_true differs from trial selection/erm@0's (360 of 360 labels "
          "differ); every trial must predict the same test samples in the same order (log: {log})"),
     ],
-    ids=["exit-code", "no-predictions", "wrong-k", "nan-logits", "labels-differ"],
+    ids=["wrong-k", "labels-differ"],
 )
-def test_a_misbehaving_command_is_one_line_naming_the_trial_and_its_log(tmp_path, capsys, monkeypatch, mode, trial,
-                                                                        message):
+def test_predictions_tune_cannot_use_are_one_line_exit_2(tmp_path, capsys, monkeypatch, mode, trial, message):
     monkeypatch.setenv("FAKE_MODE", mode)
     out_dir = tmp_path / "out"
     code = main(_args(out_dir))
@@ -161,6 +168,48 @@ def test_a_misbehaving_command_is_one_line_naming_the_trial_and_its_log(tmp_path
     assert err.startswith("mr2 tune: error: ") and expected in err and err.count("\n") == 1, err
     assert (trial_dir / "train.log").is_file()
     assert not (trial_dir / "trial.json").exists() and not (out_dir / "c" / "recommendation.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("exit3", EXIT_CODE.format(trial="selection/erm@0", code=3, log="{log}") + "; last lines of its log: "
+         "training erm seed 0 | CUDA error: out of memory"),
+        ("nothing", "trial selection/erm@0: the command wrote no predictions: {out}/val.npz is missing"),
+        ("nan", "trial selection/erm@0: predictions file {out}/val.npz"),
+    ],
+    ids=["exit-code", "no-predictions", "nan-logits"],
+)
+def test_erm_failing_is_exit_1_naming_the_trial_and_its_log(tmp_path, capsys, monkeypatch, mode, message):
+    monkeypatch.setenv("FAKE_MODE", mode)
+    out_dir = tmp_path / "out"
+    code = main(_args(out_dir))
+    err = capsys.readouterr().err
+    trial_dir = out_dir / "c" / "trials" / "selection" / "erm" / "seed=0"
+    expected = message.format(log=trial_dir / "train.log", out=trial_dir / "output")
+    assert code == 1
+    assert err.startswith("mr2 tune: no recommendation: the reference 'erm' failed (selection, seed 0: ")
+    assert expected in err and err.count("\n") == 1, err
+    assert not (out_dir / "c" / "recommendation.json").exists()
+
+
+def test_a_failing_candidate_and_a_diverged_one_are_ruled_out_and_the_tune_finishes(tmp_path, capsys, monkeypatch):
+    """Issue 36: one candidate's script exits non-zero, another writes NaN logits: exit 0, a
+    recommendation, and both listed as failed with their log paths."""
+    monkeypatch.setenv("FAKE_FAIL", "mr2-paper-c1:exit3,mr2-distance_1d-c1:nan")
+    out_dir = tmp_path / "out"
+    assert main(_args(out_dir)) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out_dir / "c" / "recommendation.json").read_text())
+    trials = out_dir / "c" / "trials" / "selection"
+    assert set(record["failed"]) == {"mr2-paper-c1", "mr2-distance_1d-c1"}
+    for label, part in (("mr2-paper-c1", "exited with code 3"), ("mr2-distance_1d-c1", "non-finite value")):
+        failure = record["failed"][label]
+        assert failure["phase"] == "selection" and failure["seed"] == 0 and part in failure["reason"]
+        assert failure["log"] == str(trials / label / "seed=0" / "train.log")
+        assert f"{label} is not eligible: failed (" in printed and failure["log"] in printed
+    assert record["chosen"]["label"] == "mr2-logit_only-c1"  # the tune went on with the others
+    assert printed.rstrip().splitlines()[-1].strip().startswith("loss_spec: ")
 
 
 @pytest.mark.slow

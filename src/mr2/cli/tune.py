@@ -143,7 +143,7 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
     """``mr2 tune --command``: the request and the command source, checked before anything is written."""
     from mr2.report.predictions import read_class_names
     from mr2.tune import TuneInputError
-    from mr2.tune.command import command_source
+    from mr2.tune.command import check_command, command_source
     from mr2.tune.engine_source import BAD_COUNT
     from mr2.tune.estimate import NO_ESTIMATE_COMMAND
     from mr2.tune.request import make_request
@@ -152,6 +152,7 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
     for flag, given in config_flags:
         if given:
             raise TuneInputError(_CONFIG_ONLY.format(flag=flag))
+    check_command(args.command)  # the template first: its problems are the most likely ones
     if args.num_classes is None:
         raise TuneInputError(_NEEDS_NUM_CLASSES)
     workers = 1 if args.workers is None else args.workers  # mr2 cannot set the command's threads

@@ -36,7 +36,7 @@ from mr2.report.run_dir import RunRecord
 from mr2.report.settings import ReportSettings
 from mr2.report.tables import comparison_markdown
 from mr2.report.writer import ReportOutput, write_report
-from mr2.tune.candidates import REFERENCE_LABEL, Candidate
+from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
 from mr2.tune.design import Advice
 from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
@@ -118,6 +118,11 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
         f"trainings: {plan.expected_trainings()} expected (by simulation), at most {plan.max_trainings()}; "
         f"selection seeds from {request.seeds}, confirmation seeds from {request.confirm_seeds}",
     ]
+    if source.kind != "engine" and request.candidate_set in CANDIDATE_SETS:
+        engine_only = [c.label for c in candidates(request.candidate_set) if not c.is_loss]
+        if engine_only:
+            lines.append(f"not run by this source (two-stage procedures need mr2 tune --config: "
+                         f"{', '.join(engine_only)})")
     first = plan.next_round()
     lines.append(f"first round ({len(first)} trials):")
     for item in first:
@@ -170,6 +175,8 @@ class _Run:
         self.results[trial.name] = result
         self.trainings += 1
         label = trial.candidate.label
+        if label in self.failed:  # ruled out already: its other trials of the round decide nothing
+            return
         if not result.ok:
             self.failed[label] = {"phase": trial.phase, "seed": trial.seed, "reason": result.failure,
                                   "log": None if result.log is None else str(result.log)}
