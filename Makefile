@@ -15,12 +15,18 @@ FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
 .PHONY: install test lint unit demo data bench clean
 
+# One line per step (pip itself is --quiet): the torch download is most of the time.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH_SPEC)
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "make install: [1/4] creating the virtual environment $(VENV) ($(PYTHON) -m venv)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "make install: [2/4] upgrading pip"
+	@$(PY) -m pip install --quiet --upgrade pip
+	@echo "make install: [3/4] installing $(TORCH_SPEC) (the largest download: most of the install's time)"
+	@$(PY) -m pip install --quiet $(TORCH_SPEC)
+	@echo "make install: [4/4] installing mr2 and its development tools (pip install -e '.[dev]')"
+	@$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+	@echo "make install: done; activate it with 'source $(VENV)/bin/activate', or run $(VENV)/bin/mr2 and $(VENV)/bin/python"
 
 install: $(STAMP)
 

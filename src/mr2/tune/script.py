@@ -1,0 +1,410 @@
+"""Make a training script of your own tune-ready: the flags, a fixed validation split, the predictions.
+
+``mr2 tune --command 'python train.py --loss-json {loss} --seed {seed} --out {out}'`` runs your script
+once per trial and reads ``{out}/val.npz`` and ``{out}/test.npz``. Three helpers cover what the script
+needs besides its own training loop (docs/tune-ready.md walks through a complete script):
+
+- :func:`add_trial_arguments` adds ``--loss-json`` (checked, parsed to the specification
+  :func:`mr2.tune.loss_from_spec` takes), ``--seed`` and ``--out`` to your ``argparse`` parser.
+- :func:`fixed_split` draws the validation split from a generator of its own: the same samples in every
+  trial whatever the trial's seed, and the global random state is left untouched. (Every trial must
+  predict the same validation samples in the same order; a ``random_split`` after
+  ``torch.manual_seed(seed)`` differs per seed, and tune refuses the second trial.)
+- :func:`write_predictions` runs the model in eval mode without gradients over a validation and a test
+  loader and writes both files (``y_true`` and ``logits``, the format ``mr2 report --predictions``
+  reads), atomically.
+
+Each problem is a :class:`mr2.tune.TuneInputError` with a one-line message (``argparse``'s own error
+for a bad flag). This module imports torch, NumPy and light parts of mr2 only (no sweep, engine or
+report module), because a script imports it in every trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sized
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset, RandomSampler, Subset
+
+from mr2.io import atomic_write_bytes
+from mr2.tune.errors import TuneInputError
+from mr2.tune.loss_spec import parse_loss_spec
+from mr2.value_types import is_int, is_number
+
+__all__ = ["add_trial_arguments", "fixed_split", "write_predictions"]
+
+T = TypeVar("T")
+
+#: The splits :func:`write_predictions` writes, and the files ``mr2 tune --command`` reads.
+SPLITS = ("val", "test")
+#: The loss ``--loss-json`` defaults to (plain cross-entropy), so the script also runs on its own.
+DEFAULT_LOSS_JSON = '{"method": "erm", "options": {}}'
+
+# fixed_split
+SPLIT_SIZE = "fixed_split takes a number of samples >= 2 or a dataset with a length; got {value}"
+SPLIT_FRACTION = "val_fraction must be a number between 0 and 1 (e.g. 0.1); got {value!r}"
+SPLIT_EMPTY = (
+    "val_fraction {fraction!r} of {n} samples leaves {val} validation and {train} training samples; "
+    "both need at least one"
+)
+_SPLIT_SEED = "fixed_split's seed must be an integer >= 0 (the split's own, not the trial's); got {value!r}"
+
+# add_trial_arguments
+FLAG_TAKEN = (
+    "your parser already has {flag}; add_trial_arguments adds --loss-json, --seed and --out (remove yours, "
+    "or read mr2's: args.loss_json, args.seed, args.out)"
+)
+QUOTED_HINT = (
+    " (if mr2 tune ran this, write the placeholder {loss} unquoted in --command: mr2 quotes it itself)"
+)
+_SEED_FLAG = "--seed must be an integer >= 0; got {value!r}"
+OUT_IS_FILE = "--out {path} is a file; give a directory for val.npz and test.npz (mr2 tune's {{out}})"
+
+# write_predictions
+OUT_NOT_DIRECTORY = (
+    "out {path} is a file, not a directory; write_predictions writes val.npz and test.npz into it"
+)
+_OUT_UNUSABLE = "out {path} cannot be created: {error}"
+LOADER_SHUFFLES = (
+    "the {split} loader shuffles (shuffle=True); every trial must predict the same {split} samples in the "
+    "same order: build it with shuffle=False"
+)
+LOADER_EMPTY = "the {split} loader yielded no batch; it must yield (inputs, labels) pairs"
+NOT_PAIRS = (
+    "the {split} loader's batch {index} is {kind}; write_predictions needs (inputs, labels) pairs, as a "
+    "DataLoader over a dataset of (input, class id) yields"
+)
+LABELS_NOT_IDS = (
+    "the {split} loader's labels (batch {index}) are not integer class ids: {problem}; the labels must be "
+    "[B] class ids 0 .. K-1"
+)
+OUTPUT_NOT_LOGITS = (
+    "the model returned {kind} for the {split} loader's batch {index}; write_predictions needs logits "
+    "[B, K] or a tuple (logits, features): pass logits_of= to pick the logits from the model's output"
+)
+ROWS_DIFFER = (
+    "the model returned {rows} rows of logits for the {labels} labels of the {split} loader's batch {index}; "
+    "it must return one row per sample"
+)
+WRONG_WIDTH = (
+    "the model's logits have {width} columns ({split} loader, batch {index}) but num_classes is "
+    "{num_classes}; one column per class"
+)
+WIDTH_CHANGES = (
+    "the model's logits have {width} columns in the {split} loader's batch {index} but {first} before; one "
+    "column per class, the same in every batch"
+)
+LABEL_OUT_OF_RANGE = (
+    "the {split} loader holds class id {value}, outside [0, {width}) (the logits' width); the labels must be "
+    "class ids 0 .. K-1"
+)
+NOT_FINITE = (
+    "the model's logits hold NaN or infinite values ({split} loader, batch {index}): the model diverged; "
+    "tune cannot score this trial"
+)
+_NUM_CLASSES = "num_classes must be an integer >= 2 or None; got {value!r}"
+_SHOWN = 80
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
+# --------------------------------------------------------------------------------------------- split
+
+
+@overload
+def fixed_split(data: int, val_fraction: float, *, seed: int = 0) -> tuple[list[int], list[int]]: ...
+
+
+@overload
+def fixed_split(data: Dataset[T], val_fraction: float, *, seed: int = 0) -> tuple[Subset[T], Subset[T]]: ...
+
+
+def fixed_split(data: int | Dataset[T], val_fraction: float, *, seed: int = 0
+                ) -> tuple[list[int], list[int]] | tuple[Subset[T], Subset[T]]:
+    """A train / validation split that is the same in every trial, whatever the trial's seed.
+
+    The ``round(n * val_fraction)`` validation indices are drawn by a permutation from a generator of
+    its own, seeded with ``seed`` (not the trial's seed), so the split depends on ``n``,
+    ``val_fraction`` and ``seed`` only; the global random state (``torch.manual_seed``) is neither read
+    nor changed. Both index lists are sorted.
+
+    Args:
+        data: the number of samples ``n``, or a dataset with a length (``len(data)``).
+        val_fraction: the share of samples in the validation split, in (0, 1).
+        seed: the split's own seed; keep it fixed across the trials of a tune.
+
+    Returns:
+        ``(train_indices, val_indices)`` for a number, ``(Subset(data, train_indices), Subset(data,
+        val_indices))`` for a dataset.
+
+    Raises:
+        TuneInputError: ``n`` below 2 or a dataset without a length, ``val_fraction`` outside (0, 1), a
+            split that leaves either side empty, or a bad ``seed``.
+
+    Example:
+        >>> train, val = fixed_split(10, 0.3)
+        >>> len(train), len(val), sorted(train + val) == list(range(10))
+        (7, 3, True)
+        >>> _ = torch.manual_seed(1); first = fixed_split(10, 0.3)
+        >>> _ = torch.manual_seed(2); first == fixed_split(10, 0.3)
+        True
+    """
+    if is_int(data):
+        n = data
+    elif isinstance(data, Sized):
+        n = len(data)
+    else:
+        raise TuneInputError(SPLIT_SIZE.format(value=f"{type(data).__name__} (no len())"))
+    if n < 2:
+        raise TuneInputError(SPLIT_SIZE.format(value=n))
+    if not is_number(val_fraction) or not 0 < val_fraction < 1:
+        raise TuneInputError(SPLIT_FRACTION.format(value=val_fraction))
+    if not is_int(seed) or seed < 0:
+        raise TuneInputError(_SPLIT_SEED.format(value=seed))
+    n_val = math.floor(n * val_fraction + 0.5)
+    if not 0 < n_val < n:
+        raise TuneInputError(SPLIT_EMPTY.format(fraction=val_fraction, n=n, val=n_val, train=n - n_val))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    val = sorted(order[:n_val].tolist())
+    train = sorted(order[n_val:].tolist())
+    if is_int(data):
+        return train, val
+    return Subset(data, train), Subset(data, val)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------- flags
+
+
+def _loss_json(text: str) -> dict[str, Any]:
+    try:
+        return parse_loss_spec(text)
+    except TuneInputError as error:
+        hint = QUOTED_HINT if "not valid JSON" in str(error) else ""
+        raise argparse.ArgumentTypeError(f"{error}{hint}") from None
+
+
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(_SEED_FLAG.format(value=text))
+    return seed
+
+
+def _out(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(OUT_IS_FILE.format(path=path))
+    return path
+
+
+def add_trial_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the flags ``mr2 tune --command`` passes to a trial; returns ``parser``.
+
+    - ``--loss-json`` (default: ERM, ``{"method": "erm", "options": {}}``): the candidate's loss
+      specification, checked and parsed to a dict (``args.loss_json``), ready for
+      ``mr2.tune.loss_from_spec(args.loss_json, num_classes=K, feature_dim=d)``.
+    - ``--seed`` (default 0): the trial's seed, an integer >= 0 (``args.seed``).
+    - ``--out`` (required): the directory for ``val.npz`` and ``test.npz`` (``args.out``, a ``Path``;
+      an existing file is refused).
+
+    A bad value is ``argparse``'s error (usage and one line, exit 2), at once, before any training.
+
+    Raises:
+        TuneInputError: ``parser`` already has one of the three flags.
+
+    Example:
+        >>> args = add_trial_arguments(argparse.ArgumentParser()).parse_args(["--seed", "3", "--out", "o"])
+        >>> args.loss_json, args.seed, str(args.out)
+        ({'method': 'erm', 'options': {}}, 3, 'o')
+    """
+    for flag, options in (
+        ("--loss-json", {"type": _loss_json, "default": DEFAULT_LOSS_JSON, "metavar": "JSON",
+                         "help": "the loss specification (mr2 tune's {loss}; default: ERM, cross-entropy)"}),
+        ("--seed", {"type": _seed, "default": 0, "help": "the trial's seed (mr2 tune's {seed}; default 0)"}),
+        ("--out", {"type": _out, "required": True, "metavar": "DIR",
+                   "help": "the directory for val.npz and test.npz (mr2 tune's {out})"}),
+    ):
+        try:
+            parser.add_argument(flag, **options)  # type: ignore[arg-type]
+        except argparse.ArgumentError:
+            raise TuneInputError(FLAG_TAKEN.format(flag=flag)) from None
+    return parser
+
+
+# ---------------------------------------------------------------------------------------- predictions
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(item, device) for item in value)
+    return value
+
+
+def _labels(value: Any, split: str, index: int) -> torch.Tensor:
+    def bad(problem: str) -> TuneInputError:
+        return TuneInputError(LABELS_NOT_IDS.format(split=split, index=index, problem=problem))
+
+    try:
+        labels = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise bad(f"{type(value).__name__} is not an array ({error})") from None
+    if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
+        raise bad(f"dtype {labels.dtype}")
+    if labels.ndim != 1:
+        hint = " (one-hot? give the class ids)" if labels.ndim == 2 else ""
+        raise bad(f"shape {list(labels.shape)}{hint}")
+    return labels.detach().to("cpu", torch.int64)
+
+
+def _logits(output: Any, split: str, index: int) -> torch.Tensor:
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        output = output[0]  # (logits, features)
+    if not isinstance(output, torch.Tensor) or output.ndim != 2 or not output.is_floating_point():
+        kind = (f"a tensor of shape {list(output.shape)} and dtype {output.dtype}"
+                if isinstance(output, torch.Tensor) else f"a {type(output).__name__}")
+        raise TuneInputError(OUTPUT_NOT_LOGITS.format(kind=kind, split=split, index=index))
+    return output.detach().to("cpu")
+
+
+def _predict(model: nn.Module, loader: Iterable[Any], split: str, device: torch.device,
+             logits_of: Callable[[Any], Any] | None, num_classes: int | None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(getattr(loader, "sampler", None), RandomSampler):
+        raise TuneInputError(LOADER_SHUFFLES.format(split=split))
+    labels: list[torch.Tensor] = []
+    scores: list[torch.Tensor] = []
+    width = num_classes
+    for index, batch in enumerate(loader):
+        if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+            size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
+            kind = f"a {type(batch).__name__}{size}"
+            raise TuneInputError(NOT_PAIRS.format(split=split, index=index, kind=kind))
+        target = _labels(batch[1], split, index)
+        output = model(_to_device(batch[0], device))
+        logits = _logits(output if logits_of is None else logits_of(output), split, index)
+        if logits.shape[0] != target.shape[0]:
+            raise TuneInputError(ROWS_DIFFER.format(rows=logits.shape[0], labels=target.shape[0], split=split,
+                                                    index=index))
+        if width is None:
+            width = logits.shape[1]
+        elif logits.shape[1] != width:
+            message = WRONG_WIDTH if num_classes is not None else WIDTH_CHANGES
+            raise TuneInputError(message.format(width=logits.shape[1], split=split, index=index,
+                                                num_classes=num_classes, first=width))
+        if not bool(torch.isfinite(logits).all()):
+            raise TuneInputError(NOT_FINITE.format(split=split, index=index))
+        labels.append(target)
+        scores.append(logits)
+    if not labels:
+        raise TuneInputError(LOADER_EMPTY.format(split=split))
+    y_true, y_scores = torch.cat(labels), torch.cat(scores)
+    low, high = int(y_true.min()), int(y_true.max())
+    if low < 0 or high >= y_scores.shape[1]:
+        raise TuneInputError(LABEL_OUT_OF_RANGE.format(split=split, value=low if low < 0 else high,
+                                                       width=y_scores.shape[1]))
+    return y_true, y_scores
+
+
+def write_predictions(
+    out: str | os.PathLike[str],
+    model: nn.Module,
+    val_loader: Iterable[Any],
+    test_loader: Iterable[Any],
+    *,
+    num_classes: int | None = None,
+    device: torch.device | str | None = None,
+    logits_of: Callable[[Any], Any] | None = None,
+) -> dict[str, Path]:
+    """Predict the validation and the test split and write ``{out}/val.npz`` and ``{out}/test.npz``.
+
+    The model runs in eval mode under ``torch.no_grad()`` (its training mode is restored afterwards);
+    each batch ``(inputs, labels, ...)`` of a loader is predicted as ``model(inputs)``, with ``inputs``
+    (a tensor, or a tuple / list / dict of tensors) moved to ``device``. Each file holds ``y_true``
+    ([N] int64, the loader's labels in its order) and ``logits`` ([N, K], float32 unless the model gives
+    float64), written atomically: the files ``mr2 tune --command`` and ``mr2 report --predictions``
+    read. The loaders must not shuffle: every trial predicts the same samples in the same order.
+
+    Args:
+        out: the directory (created if missing), e.g. ``args.out`` of :func:`add_trial_arguments`.
+        model: returns logits [B, K] or a tuple / list whose first item is the logits (``(logits,
+            features)``).
+        val_loader, test_loader: iterables of ``(inputs, labels)`` batches (e.g. ``DataLoader(...,
+            shuffle=False)``); labels are integer class ids [B].
+        num_classes: K; when given, the logits must have K columns.
+        device: where ``inputs`` go; default: the device of the model's first parameter (CPU without one).
+        logits_of: picks the logits out of the model's output when it is something else (e.g.
+            ``lambda output: output.logits``).
+
+    Returns:
+        ``{"val": path, "test": path}`` of the files written.
+
+    Raises:
+        TuneInputError: ``out`` is a file or cannot be created; a loader that shuffles, is empty or does
+            not yield pairs; labels that are not integer class ids [B] or lie outside [0, K); a model
+            output that is not logits [B, K], has another number of rows than the labels, another
+            width than ``num_classes`` (or than the first batch) or non-finite values. Nothing is
+            written unless both splits pass.
+
+    Example:
+        >>> import tempfile
+        >>> from torch.utils.data import DataLoader, TensorDataset
+        >>> model = nn.Linear(4, 3)
+        >>> data = TensorDataset(torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2]))
+        >>> loader = DataLoader(data, batch_size=4)
+        >>> with tempfile.TemporaryDirectory() as out:
+        ...     files = write_predictions(out, model, loader, loader, num_classes=3)
+        ...     with np.load(files["val"]) as data:
+        ...         print(sorted(data.files), data["y_true"].tolist(), data["logits"].shape)
+        ['logits', 'y_true'] [0, 1, 2, 0, 1, 2] (6, 3)
+    """
+    if num_classes is not None and (not is_int(num_classes) or num_classes < 2):
+        raise TuneInputError(_NUM_CLASSES.format(value=_short(num_classes)))
+    directory = Path(out)
+    if directory.exists() and not directory.is_dir():
+        raise TuneInputError(OUT_NOT_DIRECTORY.format(path=directory))
+    target_device = _model_device(model) if device is None else torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            predicted = {split: _predict(model, loader, split, target_device, logits_of, num_classes)
+                         for split, loader in zip(SPLITS, (val_loader, test_loader), strict=True)}
+    finally:
+        model.train(was_training)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TuneInputError(_OUT_UNUSABLE.format(path=directory, error=error.strerror or error)) from None
+    files = {}
+    for split, (y_true, logits) in predicted.items():
+        if logits.dtype != torch.float64:
+            logits = logits.float()
+        buffer = io.BytesIO()
+        np.savez(buffer, y_true=y_true.numpy(), logits=logits.numpy())
+        files[split] = directory / f"{split}.npz"
+        atomic_write_bytes(files[split], buffer.getvalue())
+    return files
