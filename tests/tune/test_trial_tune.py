@@ -160,7 +160,7 @@ def test_erm_failing_ends_the_tune(tmp_path):
             raise RuntimeError("CUDA error")
         return simulated(candidate, seed)
 
-    with pytest.raises(TuneSelectionError, match="the reference 'erm' failed .selection, seed 0: RuntimeError: "
+    with pytest.raises(TuneSelectionError, match=r"the reference 'erm' failed .selection, seed 0: RuntimeError: "
                                                  "CUDA error.; there is nothing to compare the candidates with"):
         tune(erm_fails, num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path, name="t",
              stream=io.StringIO())

@@ -15,8 +15,13 @@ import pytest
 from mr2.cli.main import main
 from mr2.sweep.launcher import SLURM_ONLY
 from mr2.tune import tune
-from mr2.tune.command import EXIT_CODE, MISSING_PLACEHOLDER, NO_PREDICTIONS, UNKNOWN_PLACEHOLDER
-from mr2.tune.command import command_source
+from mr2.tune.command import (
+    EXIT_CODE,
+    MISSING_PLACEHOLDER,
+    NO_PREDICTIONS,
+    UNKNOWN_PLACEHOLDER,
+    command_source,
+)
 from mr2.tune.driver import describe
 from mr2.tune.request import make_request
 

@@ -32,14 +32,17 @@ def _check(directory: Path) -> dict:
     record = json.loads((directory / "recommendation.json").read_text())
     assert record["label"] in CANDIDATES.split(",")
     assert record["loss_spec"]["method"] == record["method"]
-    assert record["verdict"]["outcome"] in ("confirmed", "supported", "not confirmed", "contradicted",
-                                            "nothing to confirm")
-    assert record["verdict"]["seeds"] == [2, 3]
+    assert record["label"] == (record["chosen"]["label"] if record["adopt"] else "erm")
+    if record["verdict"] is not None:
+        assert record["verdict"]["outcome"] in ("confirmed", "gain with a cost", "inconclusive", "contradicted",
+                                                "nothing to confirm")
+        assert record["verdict"]["seeds"] == [2, 3]
     assert [c["label"] for c in record["selection"]["candidates"]] == CANDIDATES.split(",")
     assert all(len(c["runs"]) == 2 for c in record["selection"]["candidates"])
-    assert (directory / "confirmation" / "report" / "report.md").is_file()
-    methods = record["confirmation"]["figures"]["methods"]
-    assert all(m["seeds"] == [2, 3] for m in methods.values())
+    if record["confirmation"]["figures"] is not None:
+        assert (directory / "confirmation" / "report" / "report.md").is_file()
+        methods = record["confirmation"]["figures"]["methods"]
+        assert all(m["seeds"] == [2, 3] for m in methods.values())
     return record
 
 
@@ -56,7 +59,7 @@ def test_the_python_api_tunes_a_plain_pytorch_script(example, tmp_path):
     result = tune(example.train_fn, num_classes=10, candidates=CANDIDATES, seeds=2, confirm_seeds=2,
                   output_dir=tmp_path, name="py", stream=io.StringIO())
     record = _check(tmp_path / "py")
-    assert record["source"] == {"kind": "python"} and result.record == record
+    assert record["source"] == {"kind": "python"} and result.record.to_dict() == record
 
 
 @pytest.mark.slow

@@ -25,13 +25,15 @@ from typing import TYPE_CHECKING
 
 from mr2.lazy import lazy_exports
 
+# Light, and imported here so that the function ``candidates`` (not its module) is ``mr2.tune.candidates``.
+from mr2.tune.candidates import CANDIDATE_SETS, Candidate, candidates
+from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
+from mr2.tune.loss_spec import SpecLoss, loss_from_spec, parse_loss_spec
+
 if TYPE_CHECKING:
     from mr2.tune.api import tune
-    from mr2.tune.candidates import CANDIDATE_SETS, Candidate, candidates
     from mr2.tune.design import DEFAULT_DESIGN, Advice, Design, Plan
     from mr2.tune.driver import TuneResult, run_tune
-    from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
-    from mr2.tune.loss_spec import SpecLoss, loss_from_spec, parse_loss_spec
     from mr2.tune.record import TuneRecord
     from mr2.tune.request import TuneRequest, make_request
     from mr2.tune.selection import (
@@ -45,31 +47,22 @@ if TYPE_CHECKING:
     from mr2.tune.trials import Predictions, Trial, TrialPredictions
 
 EXPORTS = {
-    "CANDIDATE_SETS": "mr2.tune.candidates",
     "CRITERIA": "mr2.tune.selection",
     "DEFAULT_DESIGN": "mr2.tune.design",
     "Advice": "mr2.tune.design",
-    "Candidate": "mr2.tune.candidates",
     "Choice": "mr2.tune.selection",
     "Design": "mr2.tune.design",
     "Plan": "mr2.tune.design",
     "Predictions": "mr2.tune.trials",
-    "SpecLoss": "mr2.tune.loss_spec",
     "Trial": "mr2.tune.trials",
-    "TrialError": "mr2.tune.errors",
-    "TrialFailed": "mr2.tune.errors",
     "TrialPredictions": "mr2.tune.trials",
-    "TuneInputError": "mr2.tune.errors",
     "TuneRecord": "mr2.tune.record",
     "TuneRequest": "mr2.tune.request",
     "TuneResult": "mr2.tune.driver",
     "TuneSelectionError": "mr2.tune.selection",
     "ValidationFigures": "mr2.tune.selection",
-    "candidates": "mr2.tune.candidates",
     "choose": "mr2.tune.selection",
-    "loss_from_spec": "mr2.tune.loss_spec",
     "make_request": "mr2.tune.request",
-    "parse_loss_spec": "mr2.tune.loss_spec",
     "read_validation": "mr2.tune.selection",
     "run_tune": "mr2.tune.driver",
     "tune": "mr2.tune.api",

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mr2.sweep.plan import format_value
 from mr2.tune.errors import TuneInputError
 from mr2.tune.loss_spec import FEATURE_METHODS, LOSS_METHODS, SpecLoss, loss_from_spec
 
@@ -155,12 +154,12 @@ class Candidate:
 
 
 def _mr2(variant: str, c_bar: float) -> Candidate:
-    return Candidate(f"mr2-{variant}-c{format_value(c_bar)}", "mr2", {"variant": variant, "c_bar": c_bar})
+    return Candidate(f"mr2-{variant}-c{c_bar:g}", "mr2", {"variant": variant, "c_bar": c_bar})
 
 
 def _additive(scale: float) -> Candidate:
     return Candidate(
-        f"mr2-additive_margin-m{format_value(scale)}", "mr2",
+        f"mr2-additive_margin-m{scale:g}", "mr2",
         {"variant": "additive_margin", "margin_scale": scale},
     )
 
