@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from mr2.report.exceptions import ReportError
-from mr2.report.limits import DEFAULT_MAX_CLASSES
+from mr2.report.limits import DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_CLASSES
 from mr2.report.settings import ReportSettings
 
 if TYPE_CHECKING:  # numpy: not imported by `mr2 report --help`
@@ -47,6 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest number of classes a predictions file may make (class ids below K; default: "
         f"{DEFAULT_MAX_CLASSES}); a stray huge class id is refused instead of allocating a K x K "
         "confusion matrix",
+    )
+    parser.add_argument(
+        "--max-array-bytes",
+        type=int,
+        metavar="BYTES",
+        default=None,
+        help="most bytes the arrays of one predictions file may take once read, uncompressed "
+        f"(default: {DEFAULT_MAX_ARRAY_BYTES:,}); checked from what the file declares before it is read",
     )
     parser.add_argument(
         "--reference",
@@ -102,6 +110,7 @@ _CLASS_NAMES_WITHOUT_PREDICTIONS = (
 MAX_CLASSES_WITHOUT_PREDICTIONS = (
     "--max-classes applies to --predictions files; run directories carry their class count"
 )
+MAX_ARRAY_BYTES_WITHOUT_PREDICTIONS = "--max-array-bytes applies to --predictions files"
 SWEEP_VARIANTS = (
     "{first} and {other} are both method {method!r} with seed {seed!r}: labelled variants of the sweep "
     "in {sweep}, which `mr2 report` cannot tell apart (it groups run directories by method); "
@@ -159,11 +168,16 @@ def _load(args: argparse.Namespace) -> list[RunRecord]:
         names = (
             read_class_names(args.class_names, max_classes=limit) if args.class_names is not None else None
         )
-        return load_predictions(args.predictions, class_names=names, max_classes=limit)
+        array_bytes = DEFAULT_MAX_ARRAY_BYTES if args.max_array_bytes is None else args.max_array_bytes
+        return load_predictions(
+            args.predictions, class_names=names, max_classes=limit, max_array_bytes=array_bytes
+        )
     if args.class_names is not None:
         raise ReportError(_CLASS_NAMES_WITHOUT_PREDICTIONS)
     if args.max_classes is not None:
         raise ReportError(MAX_CLASSES_WITHOUT_PREDICTIONS)
+    if args.max_array_bytes is not None:
+        raise ReportError(MAX_ARRAY_BYTES_WITHOUT_PREDICTIONS)
     if not args.run_dirs:
         raise ReportError(SOURCES_NONE)
     runs = [load_run(path) for path in args.run_dirs]

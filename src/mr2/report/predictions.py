@@ -20,13 +20,22 @@ the same K. K is the logits' width, else the number of class names (``--class-na
 else ``1 + `` the largest class id in the files. K may not exceed ``max_classes``
 (:data:`mr2.report.limits.DEFAULT_MAX_CLASSES`, ``mr2 report --max-classes``): a class id, a logits
 width or a list of names above it is refused, naming the file and the label, before any K x K matrix
-is allocated (an ``.npz`` array's shape is read from its header before the array is loaded). Every
-problem raises :class:`PredictionsError` with one of the message constants below, before any report
-file is written.
+is allocated (an ``.npz`` array's shape is read from its header before the array is loaded).
+
+What a file declares is bounded before it is read, whatever its compression: the arrays of an ``.npz``
+(from the members' headers), the storages of a ``.pt`` (from its archive's member sizes) and the
+values its lists would expand to (counted through shared references, not expanded) may take at most
+``max_array_bytes`` (:data:`mr2.report.limits.DEFAULT_MAX_ARRAY_BYTES`, 1 GB; ``mr2 report
+--max-array-bytes``) once read; a ``.csv`` file's size is bounded the same way. A few-MB DEFLATE
+archive declaring 300 million samples is refused before any array is allocated.
+
+Every problem raises :class:`PredictionsError` with one of the message constants below, before any
+report file is written.
 """
 
 from __future__ import annotations
 
+import array
 import csv
 import difflib
 import math
@@ -48,7 +57,7 @@ from numpy.typing import NDArray
 from mr2.checks import is_int
 from mr2.report.confusion import confusion_matrix
 from mr2.report.exceptions import PredictionsError
-from mr2.report.limits import DEFAULT_MAX_CLASSES, confusion_bytes, format_bytes
+from mr2.report.limits import DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_CLASSES, confusion_bytes, format_bytes
 from mr2.report.run_dir import RunRecord, check_comparable, first_difference
 
 __all__ = [
@@ -131,6 +140,19 @@ _GIVEN_NAMES_ABOVE_LIMIT = (
     "matrix of {size}); raise max_classes"
 )
 MAX_CLASSES_INVALID = "the class limit (--max-classes) must be a positive integer, got {value!r}"
+MAX_ARRAY_BYTES_INVALID = (
+    "the limit on a predictions file's arrays (--max-array-bytes) must be a positive integer (bytes), "
+    "got {value!r}"
+)
+ARRAYS_TOO_LARGE = (
+    "predictions file {path} declares {what}, {size} once read (uncompressed), more than the limit of "
+    "{limit} per predictions file; check the file (its sample count and dtypes), or raise the limit "
+    "with --max-array-bytes (max_array_bytes in Python)"
+)
+LIST_TOO_DEEP = (
+    "predictions file {path}: {key!r} holds lists nested more than {limit} deep; save class ids [N], "
+    "logits [N, K] and class names [K] as tensors or flat lists"
+)
 ARRAY_TRUNCATED = (
     "predictions file {path}: array {key!r} declares shape {shape} ({size}) but the archive stores "
     "{stored}; the file is truncated or corrupt"
@@ -176,6 +198,9 @@ _SUFFIXES = (".npz", ".pt", ".csv")
 _KEYS = ("y_true", "y_pred", "logits", "class_names")
 _NUMERIC_KINDS = "iuf"  # signed, unsigned, floating (not bool, complex, timedelta, strings, objects)
 _HEADER_SHOWN = 12  # columns of a CSV header quoted in a message
+_MAX_LIST_DEPTH = 32  # a .pt value's lists: 2 levels are used (logits), numpy stops at 64
+_VALUE_BYTES = 8  # what numpy makes of a list's number (int64, float64), per value
+_CSV_BYTES_PER_BYTE = 8  # a CSV cell takes at least one byte ("0," or ","), and 8 once read (float64)
 
 
 @dataclass
@@ -292,7 +317,7 @@ def _as_class_ids(path: Path, key: str, values: NDArray[Any], max_classes: int) 
             )
         if high >= max_classes:  # compared in the file's dtype: exact for uint64 and huge floats
             raise _too_many(path, f"{key} holds class id {_id_text(high)}", int(high) + 1, max_classes)
-    return values.astype(np.int64)
+    return values.astype(np.int64, copy=False)
 
 
 def _class_name_list(path: Path, array: NDArray[Any], expected: int) -> list[str]:
@@ -362,7 +387,7 @@ def _build(
             raise PredictionsError(LOGITS_NOT_REAL.format(path=path, dtype=scores.dtype))
         if scores.shape[1] > max_classes:
             raise _too_many(path, f"logits have {scores.shape[1]} columns", scores.shape[1], max_classes)
-        logits = scores.astype(np.float64)
+        logits = scores.astype(np.float64, copy=False)
         bad = ~np.isfinite(logits)
         if bad.any():
             raise PredictionsError(
@@ -395,14 +420,39 @@ def _build(
     return PredictionsFile(path, y_true, y_pred, logits, class_names)
 
 
-def _npz_members(path: Path, max_classes: int) -> None:
+def _too_large(path: Path, what: str, size: int, max_array_bytes: int) -> PredictionsError:
+    return PredictionsError(
+        ARRAYS_TOO_LARGE.format(
+            path=path, what=what, size=format_bytes(size), limit=format_bytes(max_array_bytes)
+        )
+    )
+
+
+def _not_an_archive(path: Path) -> PredictionsError:
+    """The error for an ``.npz`` that is no zip archive (np.load is never asked: it would load a bare
+    ``.npy`` whatever its header declares)."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(6)
+    except OSError as error:
+        return PredictionsError(FILE_UNREADABLE.format(path=path, error=error))
+    if magic == b"\x93NUMPY":
+        return PredictionsError(_NOT_A_MAPPING.format(path=path, kind="a single numpy array"))
+    return PredictionsError(
+        FILE_UNREADABLE.format(path=path, error="it is not a zip archive (numpy.savez writes one)")
+    )
+
+
+def _npz_members(path: Path, max_classes: int, max_array_bytes: int) -> None:
     """Check an ``.npz`` archive's keys and each array's header (shape, dtype) before loading any:
-    unknown keys, a logits width above ``max_classes`` and a shape larger than the bytes stored
-    (a few-kB file declaring terabytes) are refused without allocating."""
+    unknown keys, a logits width above ``max_classes``, a shape larger than the bytes stored (a
+    few-kB file declaring terabytes) and arrays above ``max_array_bytes`` in all (a DEFLATE member
+    stores far fewer bytes than it declares) are refused without allocating."""
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError):
-        return  # not a zip archive: np.load says why
+        raise _not_an_archive(path) from None
+    declared_arrays: list[tuple[str, int]] = []
     with archive:
         members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
         unknown = sorted(set(members) - set(_KEYS))
@@ -434,6 +484,58 @@ def _npz_members(path: Path, max_classes: int) -> None:
                         size=format_bytes(declared),
                         stored=format_bytes(stored),
                     )
+                )
+            shown = "[" + ", ".join(str(n) for n in shape) + "]"
+            declared_arrays.append((f"{key} {shown} {dtype.name}", declared))
+    total = sum(size for _, size in declared_arrays)
+    if total > max_array_bytes:
+        what = ", ".join(text for text, _ in declared_arrays)
+        raise _too_large(path, what, total, max_array_bytes)
+
+
+def _pt_declared(path: Path, max_array_bytes: int) -> None:
+    """Refuse a ``.pt`` file whose content would take more than ``max_array_bytes``: a torch.save
+    archive's members by their uncompressed sizes (torch.load reads DEFLATE members too), any other
+    file by its size."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+            what = "the members of a torch.save archive"
+    except (zipfile.BadZipFile, OSError, ValueError):
+        declared, what = path.stat().st_size, "a legacy torch.save file"
+    if declared > max_array_bytes:
+        raise _too_large(path, what, declared, max_array_bytes)
+
+
+def _list_values(path: Path, key: str, value: Any) -> int:
+    """How many values numpy would make of ``value`` (nested lists, tuples, tensors): counted through
+    shared references (a list repeated a thousand times is counted a thousand times, without
+    expanding it), refusing lists nested past :data:`_MAX_LIST_DEPTH`."""
+    counted: dict[int, int] = {}
+
+    def count(item: Any, depth: int) -> int:
+        if isinstance(item, torch.Tensor):
+            return int(item.numel())
+        if not isinstance(item, (list, tuple)):
+            return 1
+        if depth >= _MAX_LIST_DEPTH:
+            raise PredictionsError(LIST_TOO_DEEP.format(path=path, key=key, limit=_MAX_LIST_DEPTH))
+        if id(item) not in counted:
+            counted[id(item)] = sum(count(child, depth + 1) for child in item)
+        return counted[id(item)]
+
+    return count(value, 0)
+
+
+def _check_lists(path: Path, content: dict[str, Any], max_array_bytes: int) -> None:
+    """Refuse a ``.pt``'s lists whose values would take more than ``max_array_bytes`` as arrays (a
+    7-kB pickle of shared references can ask numpy for gigabytes), before any conversion."""
+    for key, value in content.items():
+        if isinstance(value, (list, tuple)):
+            values = _list_values(path, str(key), value)
+            if values * _VALUE_BYTES > max_array_bytes:
+                raise _too_large(
+                    path, f"lists of {values} values in {str(key)!r}", values * _VALUE_BYTES, max_array_bytes
                 )
 
 
@@ -468,9 +570,11 @@ def _as_numpy(value: Any) -> Any:
     return value.resolve_conj().resolve_neg().numpy()
 
 
-def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
+def _read_mapping(path: Path, max_classes: int, max_array_bytes: int) -> dict[str, Any]:
     if path.suffix == ".npz":
-        _npz_members(path, max_classes)
+        _npz_members(path, max_classes, max_array_bytes)
+    else:
+        _pt_declared(path, max_array_bytes)
     try:
         if path.suffix == ".npz":
             # Our own handle: np.load leaks the one it opens when a "PK" file is no zip archive.
@@ -487,6 +591,7 @@ def _read_mapping(path: Path, max_classes: int) -> dict[str, Any]:
         if isinstance(content, dict):
             for key, value in content.items():
                 _check_storage(path, str(key), value)
+            _check_lists(path, content, max_array_bytes)
             content = {str(key): _as_numpy(value) for key, value in content.items()}
     except PredictionsError:
         raise
@@ -531,17 +636,9 @@ def _near_miss(header: Sequence[str]) -> str:
     return ""
 
 
-def _read_csv(path: Path, max_classes: int) -> PredictionsFile:
-    try:
-        # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first column's name.
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise PredictionsError(FILE_UNREADABLE.format(path=path, error=error)) from error
-    rows = [row for row in rows if row]
-    if not rows:
-        raise PredictionsError(EMPTY_FILE.format(path=path))
-    header = [cell.strip() for cell in rows[0]]
+def _csv_header(path: Path, first: list[str], max_classes: int) -> list[str]:
+    """The header row's column names, checked (y_true present, no repeat, y_true,y_pred or scores)."""
+    header = [cell.strip() for cell in first]
     found = _columns_text(header)
     if "y_true" not in header:
         raise PredictionsError(COLUMN_MISSING.format(path=path, found=found, hint=_near_miss(header)))
@@ -560,29 +657,54 @@ def _read_csv(path: Path, max_classes: int) -> PredictionsFile:
         hint = _near_miss(header)
         if len(header) < 3 or hint:
             raise PredictionsError(COLUMNS_UNEXPECTED.format(path=path, found=found, hint=hint))
-    body = rows[1:]
-    if not body:
-        raise PredictionsError(EMPTY_FILE.format(path=path))
-    for line, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise PredictionsError(
-                _ROW_LENGTH.format(path=path, line=line, actual=len(row), expected=len(header))
-            )
-    cells = np.array(body, dtype=str)
+    return header
+
+
+def _cell_text(cell: str) -> str:
+    """A cell for a message: its first 40 characters."""
+    return cell if len(cell) <= 40 else cell[:40] + f"... ({len(cell)} characters)"
+
+
+def _read_csv(path: Path, max_classes: int, max_array_bytes: int) -> PredictionsFile:
+    """Read a CSV file row by row into one float64 buffer (8 bytes a cell, no list of strings), after
+    bounding its size: a cell takes at least one byte of the file, so the values take at most
+    :data:`_CSV_BYTES_PER_BYTE` times the file's size."""
+    size = path.stat().st_size
+    if size * _CSV_BYTES_PER_BYTE > max_array_bytes:
+        raise _too_large(
+            path, f"a CSV file of {format_bytes(size)}", size * _CSV_BYTES_PER_BYTE, max_array_bytes
+        )
+    values = array.array("d")
+    header: list[str] = []
+    num_rows = 0
     try:
-        values = cells.astype(np.float64)
-    except ValueError:  # find the cell; what Python's float() reads but numpy does not is read by it
-        parsed = []
-        for line, row in enumerate(body, start=2):
-            for column, cell in zip(header, row, strict=True):
-                try:
-                    parsed.append(float(cell))
-                except ValueError:
+        # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first column's name.
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            for row in csv.reader(handle):
+                if not row:
+                    continue
+                if not header:
+                    header = _csv_header(path, row, max_classes)
+                    continue
+                num_rows += 1
+                line = num_rows + 1  # among the non-empty lines, the header being line 1
+                if len(row) != len(header):
                     raise PredictionsError(
-                        CELL_INVALID.format(path=path, line=line, column=column, value=cell)
-                    ) from None
-        values = np.array(parsed, dtype=np.float64).reshape(len(body), len(header))
-    columns = dict(zip(header, values.T, strict=True))
+                        _ROW_LENGTH.format(path=path, line=line, actual=len(row), expected=len(header))
+                    )
+                for column, cell in zip(header, row, strict=True):
+                    try:
+                        values.append(float(cell))
+                    except ValueError:
+                        raise PredictionsError(
+                            CELL_INVALID.format(path=path, line=line, column=column, value=_cell_text(cell))
+                        ) from None
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise PredictionsError(FILE_UNREADABLE.format(path=path, error=error)) from error
+    if not header or not num_rows:
+        raise PredictionsError(EMPTY_FILE.format(path=path))
+    table = np.frombuffer(values, dtype=np.float64).reshape(num_rows, len(header))
+    columns = dict(zip(header, table.T, strict=True))
     y_true = columns.pop("y_true")
     if "y_pred" in columns:
         return _build(path, {"y_true": y_true, "y_pred": columns["y_pred"]}, max_classes)
@@ -597,18 +719,33 @@ def _check_max_classes(max_classes: object) -> int:
     return max_classes
 
 
-def read_predictions(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES) -> PredictionsFile:
+def _check_max_array_bytes(max_array_bytes: object) -> int:
+    if not is_int(max_array_bytes) or max_array_bytes < 1:
+        raise PredictionsError(MAX_ARRAY_BYTES_INVALID.format(value=max_array_bytes))
+    return max_array_bytes
+
+
+def read_predictions(
+    path: str | Path,
+    *,
+    max_classes: int = DEFAULT_MAX_CLASSES,
+    max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
+) -> PredictionsFile:
     """Read and check one predictions file (see the module docstring for the formats).
 
     Args:
         path: the file.
         max_classes: the largest K the file may make (class ids below it, at most this many logits
             columns or class names).
+        max_array_bytes: the most bytes the file's arrays may take once read (uncompressed), checked
+            from what the file declares before anything of that size is allocated.
 
     Raises:
-        PredictionsError: the file is missing, unreadable or malformed, or asks for more classes.
+        PredictionsError: the file is missing, unreadable or malformed, asks for more classes, or
+            declares more than ``max_array_bytes``.
     """
     max_classes = _check_max_classes(max_classes)
+    max_array_bytes = _check_max_array_bytes(max_array_bytes)
     path = Path(path)
     if os.path.isdir(path):
         raise PredictionsError(_NOT_A_FILE.format(path=path))
@@ -617,8 +754,8 @@ def read_predictions(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES
     if path.suffix not in _SUFFIXES:
         raise PredictionsError(FORMAT_UNKNOWN.format(path=path, suffix=path.suffix))
     if path.suffix == ".csv":
-        return _read_csv(path, max_classes)
-    data = _read_mapping(path, max_classes)
+        return _read_csv(path, max_classes, max_array_bytes)
+    data = _read_mapping(path, max_classes, max_array_bytes)
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise PredictionsError(UNKNOWN_KEYS.format(path=path, keys=unknown))
@@ -710,6 +847,7 @@ def load_predictions(
     *,
     class_names: Sequence[str] | None = None,
     max_classes: int = DEFAULT_MAX_CLASSES,
+    max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
 ) -> list[RunRecord]:
     """Read predictions files ``FILE[=LABEL]`` as comparable runs of the report.
 
@@ -719,6 +857,8 @@ def load_predictions(
             ``.pt`` files that store names must agree with them).
         max_classes: the largest K (see the module docstring); checked before any K x K matrix is
             allocated.
+        max_array_bytes: the most bytes one file's arrays may take once read (see the module
+            docstring); checked before they are loaded.
 
     Returns:
         One :class:`RunRecord` per file (``path`` the file, no data set name, split ``test``).
@@ -727,6 +867,7 @@ def load_predictions(
         PredictionsError: a file is malformed, or the files disagree on the test set or the classes.
     """
     max_classes = _check_max_classes(max_classes)
+    max_array_bytes = _check_max_array_bytes(max_array_bytes)
     if not specs:
         raise PredictionsError(_NO_FILES)
     if class_names is not None and len(class_names) > max_classes:
@@ -741,7 +882,10 @@ def load_predictions(
         (path, parse_label(label, path) if label is not None else (path.stem, None))
         for path, label in labelled
     ]
-    files = [read_predictions(path, max_classes=max_classes) for path, _ in labelled]
+    files = [
+        read_predictions(path, max_classes=max_classes, max_array_bytes=max_array_bytes)
+        for path, _ in labelled
+    ]
     num_classes = _check_same_test_set(files, list(class_names) if class_names is not None else None)
     names = _class_names(files, list(class_names) if class_names is not None else None)
     for item in files:
