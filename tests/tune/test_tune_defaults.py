@@ -17,10 +17,11 @@ from mr2.cli.tune import DEFAULT_CANDIDATES
 from mr2.config import load_config
 from mr2.sweep.processes import default_threads, default_workers
 from mr2.sweep.progress import format_duration
-from mr2.tune import trial_tune
+from mr2.tune import api
 from mr2.tune.candidates import CANDIDATE_SETS, DEFAULT_CANDIDATE_SET, candidates
+from mr2.tune.engine_source import engine_source, phase_spec
 from mr2.tune.estimate import NO_ESTIMATE_COMMAND, measure_step
-from mr2.tune.run import make_request, selection_spec
+from mr2.tune.request import make_request
 
 
 def _config(tmp: Path) -> Path:
@@ -44,30 +45,36 @@ def test_the_rule_is_one_worker_per_core_or_gpu_never_more_than_the_runs() -> No
 
 
 def test_every_entry_point_defaults_to_the_one_candidate_set() -> None:
-    """``mr2 tune`` (both sources), run_tune's request and mr2.tune.tune share one default set."""
+    """``mr2 tune`` (both sources), make_request and mr2.tune.tune share one default set."""
     import inspect
 
     from mr2.cli.main import build_parser
 
     assert DEFAULT_CANDIDATE_SET in CANDIDATE_SETS
     assert DEFAULT_CANDIDATES == DEFAULT_CANDIDATE_SET
-    args = build_parser().parse_args(["tune", "--config", "x.yaml"])
-    assert args.candidates == DEFAULT_CANDIDATE_SET
-    assert inspect.signature(make_request).parameters["candidate_set"].default == DEFAULT_CANDIDATE_SET
-    for function in (trial_tune.tune, trial_tune.make_trial_request):
+    for source in (["--config", "x.yaml"], ["--command", "python train.py"]):
+        args = build_parser().parse_args(["tune", *source])
+        assert args.candidates == DEFAULT_CANDIDATE_SET
+    for function in (make_request, api.tune):
         assert inspect.signature(function).parameters["candidates"].default == DEFAULT_CANDIDATE_SET
 
 
 def test_tune_defaults_to_one_worker_per_core_with_one_thread_each(tmp_path: Path) -> None:
     config = load_config(_config(tmp_path))
-    request = make_request(config, name="t", seeds=3)  # the default set's candidates x 3 seeds
-    runs = len(candidates(DEFAULT_CANDIDATE_SET)) * 3
+    # The default set's candidates x 3 selection seeds.
+    request = make_request(output_dir=tmp_path / "out", name="t", losses_only=False, seeds=3)
+    source = engine_source(config, request)
+    runs = len(candidates(DEFAULT_CANDIDATE_SET, losses_only=False)) * 3
+    assert len(request.candidates) * len(request.seeds) == runs
     cores = len(os.sched_getaffinity(0))
-    assert request.workers == min(cores, runs)
-    assert selection_spec(request).workers == request.workers
+    assert source.workers == min(cores, runs)
+    for phase in ("selection", "confirmation"):
+        assert phase_spec(request, config, phase, workers=source.workers).workers == source.workers
+        assert source.spec(phase).workers == source.workers
     if "OMP_NUM_THREADS" not in os.environ:
-        assert default_threads(request.workers) == max(1, cores // min(cores, runs))
-    assert make_request(config, name="t", workers=3).workers == 3  # a given count is kept
+        assert default_threads(source.workers) == max(1, cores // min(cores, runs))
+    assert engine_source(config, request, workers=3).workers == 3  # a given count is kept
+    assert not (tmp_path / "out").exists()
 
 
 def test_dry_run_prints_a_measured_time_estimate_and_writes_nothing(tmp_path: Path, capsys) -> None:
@@ -76,21 +83,28 @@ def test_dry_run_prints_a_measured_time_estimate_and_writes_nothing(tmp_path: Pa
     assert main(["tune", "--config", str(config), "--candidates", "quick", "--workers", "2", "--threads-per-run", "1",
                  "--output-dir", str(out), "--dry-run"]) == 0
     printed = capsys.readouterr().out
+    # The trainings the plan may run: expected and at most (the design decides the confirmation's).
+    plan = make_request(output_dir=out, name="t", candidates="quick", losses_only=False).plan()
+    expected, most = plan.expected_trainings(), plan.max_trainings()
+    assert most > len(plan.next_round()) >= 4 * 2 and expected <= most  # at least 2 seeds each, and more
+    assert f"trainings: {expected} expected (by simulation), at most {most}; " in printed
+    first = plan.trainings  # the first round's trials, every one still to run
+    assert f"first round ({first} trials):" in printed and printed.count(" to run\n") == first
     lines = [line for line in printed.splitlines() if line.startswith("time estimate: ")]
     assert len(lines) == 1
     match = re.fullmatch(
-        r"time estimate: about (.+) for the selection and up to (.+) for the confirmation \(12 and 6 runs, "
-        r"2 at a time, each 3 epochs x (\d+) steps x ([0-9.]+) s per step, measured: 5 steps of ERM with "
-        r"this configuration's model and data on cpu, 1 thread; not included: evaluation, start-up and "
-        r"the candidates' extra cost per step over ERM\)",
+        rf"time estimate: about (.+) for the {expected} trainings expected and at most (.+) for the {most} "
+        r"the plan may run \(2 at a time, each 3 epochs x (\d+) steps x ([0-9.]+) s per step, measured: 5 steps "
+        r"of ERM with this configuration's model and data on cpu, 1 thread; not included: evaluation, "
+        r"start-up and the candidates' extra cost per step over ERM\)",
         lines[0],
     )
     assert match is not None, lines[0]
     steps, seconds = int(match[3]), float(match[4])
     assert steps == math.ceil(120 / 16)  # 160 training samples less the 25% validation split, batch 16
     assert seconds > 0
-    assert match[1] == format_duration(6 * 3 * steps * seconds)  # 12 runs, 2 at a time
-    assert match[2] == format_duration(3 * 3 * steps * seconds)
+    assert match[1] == format_duration(math.ceil(expected / 2) * 3 * steps * seconds)  # 2 at a time
+    assert match[2] == format_duration(math.ceil(most / 2) * 3 * steps * seconds)
     assert not out.exists()
 
 

@@ -1,10 +1,18 @@
-"""``mr2 tune`` end to end on a small .npz: selection, confirmation, recommendation.json, resume, and
-proof that test numbers cannot reach the choice; bad input is exit 2 before anything is written."""
+"""``mr2 tune --config`` end to end on a small .npz: selection, confirmation, recommendation.json, resume, and
+proof that test numbers cannot reach the choice; a failed candidate is ruled out and the tune goes on, ERM
+failing ends it; bad input is exit 2 before anything is written.
+
+Every test runs alone: the module's tune is run by its fixture (:func:`tuned`), and the tests that change
+a tune directory work on a copy of it (:func:`_finished_copy`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,33 +23,32 @@ from helpers.sweeps import write_npz
 from mr2.cli.main import main
 from mr2.config import load_config
 from mr2.config.names import BAD_NAME
-from mr2.sweep import plan_sweep
 from mr2.sweep.launcher import NOT_KEY_VALUE, SLURM_ONLY
-from mr2.tune.run import (
-    BAD_COUNT,
+from mr2.tune.design import Plan
+from mr2.tune.engine_source import BAD_COUNT, NO_PREDICTIONS, NO_VALIDATION_SPLIT, phase_spec
+from mr2.tune.request import (
     BAD_SEEDS,
     MAX_SEEDS,
-    MISSING_SEEDS,
-    NO_VALIDATION_SPLIT,
-    NOT_ACCEPTED,
-    OLD_RUNS,
     OVERLAPPING_SEEDS,
     TOO_FEW_SEEDS,
     TOO_MANY_SEEDS,
     UNKNOWN_CRITERION,
+    TuneRequest,
     make_request,
-    read_engine_runs,
-    selection_spec,
 )
-from mr2.tune.selection import choose
+from mr2.tune.selection import Choice, ValidationFigures
+from mr2.tune.verdict import seed_figures
 
 #: Fields of final.json that describe the test split (everything but the validation section and the
 #: run's identity).
 TEST_FIELDS = ("overall_accuracy", "per_class_accuracy", "confusion_matrix", "class_statistics", "logit_margins")
+QUICK = ["erm", "mr2-paper-c1", "mr2-logit_only-c1", "mr2-distance_1d-c1"]
+NUM_CLASSES = 6
+ERM_KEPT = "KEEP ERM (plain cross-entropy training, the reference)."
 
 
 def _config(tmp: Path, **data: object) -> Path:
-    npz = write_npz(tmp / "data.npz", num_classes=6, dim=8, train_per_class=48, test_per_class=20)
+    npz = write_npz(tmp / "data.npz", num_classes=NUM_CLASSES, dim=8, train_per_class=48, test_per_class=20)
     config = {
         "data": {"name": "arrays", "root": str(npz), "val_fraction": 0.25, "batch_size": 32,
                  "eval_batch_size": 256, **data},
@@ -56,89 +63,185 @@ def _config(tmp: Path, **data: object) -> Path:
     return file
 
 
-def _chosen(request):
-    """The rule's choice, recomputed from every selection run's validation predictions."""
-    return choose(read_engine_runs(plan_sweep(selection_spec(request))), "hard_tier", seeds=request.seeds)
+def _request(out_dir: Path, seeds: str = "3", confirm_seeds: str = "3") -> TuneRequest:
+    return make_request(output_dir=str(out_dir), name="t", candidates="quick", losses_only=False, seeds=seeds,
+                        confirm_seeds=confirm_seeds)
 
 
-def _groups(request) -> dict[str, list[Path]]:
-    groups: dict[str, list[Path]] = {}
-    for point in plan_sweep(selection_spec(request)):
-        groups.setdefault(point.label, []).append(point.run_dir)
-    return groups
+def _load(file: Path) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(file) as data:
+        return data["y_true"].astype(np.int64), data["y_pred"].astype(np.int64)
+
+
+def _replay(request: TuneRequest, *, selection_only: bool = False) -> tuple[Plan, list[tuple[str, str, int]]]:
+    """The request's plan fed the finished runs' own predictions: the selection trials' VALIDATION
+    predictions only (predictions/val.npz), the confirmation trials' test predictions; the plan and the
+    trials it asked for ``(phase, label, seed)``. ``selection_only``: stop where the confirmation starts
+    (only validation predictions read)."""
+    plan = request.plan()
+    trials = []
+    while batch := plan.next_round():
+        if selection_only and batch[0].phase == "confirmation":
+            break
+        for item in batch:
+            trials.append((item.phase, item.label, item.seed))
+            predictions = request.directory / item.phase / f"{item.label}__seed={item.seed}" / "predictions"
+            if item.phase == "selection":
+                y_true, y_pred = _load(predictions / "val.npz")
+                figures = ValidationFigures.from_predictions(f"{item.label}@{item.seed}", item.seed, y_true,
+                                                             y_pred, NUM_CLASSES)
+                plan.record_validation(item.label, item.seed, figures)
+            else:
+                y_true, y_pred = _load(predictions / "test.npz")
+                plan.record_test(item.label, item.seed, seed_figures(y_true, y_pred, plan.hard_classes,
+                                                                     NUM_CLASSES))
+    return plan, trials
+
+
+def _choice(request: TuneRequest) -> Choice:
+    """The rule's choice, recomputed from the selection runs' validation predictions alone."""
+    choice = _replay(request, selection_only=True)[0].choice
+    assert choice is not None
+    return choice
+
+
+def _json(value: object) -> object:
+    return json.loads(json.dumps(value))
+
+
+@dataclass
+class Tuned:
+    tmp: Path
+    config: Path
+    args: list[str]
+    code: int
+    out: str
+    err: str
+
+    @property
+    def directory(self) -> Path:
+        return self.tmp / "out" / "t"
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
+def tuned(tmp_path_factory) -> Tuned:
+    """The module's tune (quick candidates, 3 + 3 seeds), run once; its printout."""
     tmp = tmp_path_factory.mktemp("tune")
     config = _config(tmp)
     args = ["tune", "--config", str(config), "--candidates", "quick", "--seeds", "3", "--confirm-seeds", "3",
             "--workers", "2", "--output-dir", str(tmp / "out"), "--name", "t"]
-    return tmp, config, args
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return Tuned(tmp, config, args, code, out.getvalue(), err.getvalue())
 
 
-def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned, capsys):
-    tmp, config, args = tuned
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    directory = tmp / "out" / "t"
+def _finished_copy(tuned: Tuned, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of the module's finished tune directory and the arguments that tune it in place."""
+    assert tuned.code == 0, tuned.out + tuned.err
+    shutil.copytree(tuned.directory, tmp_path / "out" / "t")
+    copied = [*tuned.args]
+    copied[copied.index("--output-dir") + 1] = str(tmp_path / "out")
+    return tmp_path / "out" / "t", copied
+
+
+def _paste_block(out: str) -> dict:
+    """The YAML block printed at the very end (the configuration to use)."""
+    return yaml.safe_load(textwrap.dedent(out.rstrip().rsplit(":\n\n", 1)[1]))
+
+
+def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned):
+    assert tuned.code == 0, tuned.out + tuned.err
+    out, directory = tuned.out, tuned.directory
     record = json.loads((directory / "recommendation.json").read_text())
     # The rule is stated before anything runs, and again with the result.
-    rule = record["rule"].split(".")[0]
     assert out.index("Rule: ") < out.index("== selection") < out.rindex("Rule: ")
-    assert rule.split()[0] in out
-    # The choice, recomputed from the validation sections, is the recorded one.
-    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"), candidate_set="quick")
-    choice = _chosen(request)
-    assert record["selection"]["recommended"] == choice.recommended == record["label"]
-    assert record["selection"]["candidates"] == [s.to_dict() for s in choice.scores]
-    assert [c["label"] for c in record["selection"]["candidates"]] == [
-        "erm", "mr2-paper-c1", "mr2-logit_only-c1", "mr2-distance_1d-c1"]
+    assert record["rule"].split()[0] in out
+    # The choice, recomputed from the selection runs' validation predictions, is the recorded one.
+    request = _request(tuned.tmp / "out")
+    plan, trials = _replay(request)
+    choice = plan.choice
+    assert choice is not None
+    assert record["selection"] == {"seeds": [0, 1, 2], "split": "validation", **_json(choice.to_dict())}
+    assert [c["label"] for c in record["selection"]["candidates"]] == QUICK
     assert all(len(c["runs"]) == 3 for c in record["selection"]["candidates"])
-    assert record["selection"]["seeds"] == [0, 1, 2] and record["confirmation"]["seeds"] == [3, 4, 5]
-    assert record["criterion"] == "hard_tier" and record["mr2_version"]
+    assert record["criterion"] == "hard_tier" and record["mr2_version"] and record["candidate_set"] == "quick"
+    assert record["source"] == {"kind": "engine"} and record["num_classes"] == NUM_CLASSES
+    assert record["base_config"]["optim"]["lr"] == 0.05
     assert choice.explanation in out
-    # The ready-to-paste block and the confirmation (test split, the chosen config and ERM).
-    # The verdict, from the confirmation runs' per-sample test predictions (predictions/test.npz).
-    verdict = record["verdict"]
-    assert verdict["seeds"] == [3, 4, 5] and verdict["hard_classes"] == record["selection"]["hard_tier_classes"]
-    assert verdict["outcome"] in ("confirmed", "supported", "not confirmed", "contradicted", "nothing to confirm")
-    assert f"): {verdict['outcome'].upper()}" in out
-    # The ready-to-paste block only where the verdict allows it (confirmed; supported with a caveat).
-    if verdict["outcome"] in ("confirmed", "supported"):
-        block = out.split("Paste into your run configuration", 1)[1].split(":\n", 1)[1]
-        method = yaml.safe_load(textwrap.dedent(block.split("Confirmation on fresh seeds")[0]))["method"]
-        assert method == {"name": record["method"], "options": record["options"]}
-        assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
+    # The advice is the plan's, replayed on the same predictions; the record keeps adopt, use and chosen apart.
+    advice = plan.advice()
+    assert record["advice"] == _json(advice.to_dict())
+    assert record["design"] == request.design.to_dict()
+    assert (record["adopt"], record["reason"]) == (advice.adopt, advice.reason)
+    assert record["recommendation_is_erm"] is (not advice.adopt)
+    assert record["label"] == record["use"]["label"] == advice.use
+    assert (record["adopt"] or record["label"] == "erm") and (record["label"] != "erm" or not record["adopt"])
+    assert {key: record[key] for key in ("label", "method", "options", "loss_spec")} == record["use"]
+    assert (record["chosen"] or {}).get("label") == advice.chosen
+    assert record["verdict"] == (None if advice.verdict is None else _json(advice.verdict.to_dict()))
+    assert record["failed"] == {} and "is not eligible: failed" not in out
+    assert record["trainings"] == len(trials) == plan.trainings
+    # The advice is printed last: ADOPT with the block to paste, or KEEP ERM with ERM's block.
+    if record["adopt"]:
+        assert f"ADOPT {record['label']}: " in out and ERM_KEPT not in out
+        advice_at = out.rindex(f"ADOPT {record['label']}: ")
     else:
-        assert "Paste into your run configuration" not in out
-    # The figures come from the confirmation sweep's result in memory: the same as its report.json.
-    report_file = directory / "confirmation" / "report" / "report.json"
+        assert "ADOPT " not in out
+        advice_at = out.rindex(ERM_KEPT)
+    assert advice_at > out.rindex("recommendation: ")
+    method = _paste_block(out[advice_at:])["method"]
+    assert method == {"name": record["method"], "options": record["options"]}
+    assert load_config(None, [f"method.name={method['name']}"]).method.name == method["name"]
+    assert "SUPPORTED" not in out.upper() and "Note:" not in out
+    # The confirmation: the trials the plan asked for, on the confirmation seeds, nothing else.
+    confirmed = sorted(f"{label}__seed={seed}" for phase, label, seed in trials if phase == "confirmation")
+    confirmation_dir = directory / "confirmation"
+    on_disk = sorted(p.name for p in confirmation_dir.glob("*__seed=*"))
+    assert on_disk == confirmed
+    assert all(int(name.split("=")[1]) in (3, 4, 5) for name in confirmed)
+    if advice.chosen is not None:  # ERM and the contender on the same fresh seeds
+        assert confirmed == sorted(f"{label}__seed={s}" for label in ("erm", advice.chosen) for s in (3, 4, 5))
+    if not confirmed:
+        assert record["confirmation"]["report"] is None
+        return
+    # The figures come from the confirmation's report (in memory): the same as its report.json, whose
+    # tiers are the verdict's (fixed by the selection): one hard tier on the screen.
+    report_file = confirmation_dir / "report" / "report.json"
     report = json.loads(report_file.read_text())
     assert record["confirmation"]["report"] == str(report_file)
+    assert record["confirmation"]["seeds"] == sorted({int(n.split("=")[1]) for n in confirmed})
     assert record["confirmation"]["figures"] == {key: report[key] for key in ("reference", "tiers", "methods")}
+    assert report["tiers"]["members"]["hard"] == record["selection"]["hard_tier_classes"] == choice.hard_classes
+    assert record["verdict"]["hard_classes"] == report["tiers"]["members"]["hard"]
     methods = record["confirmation"]["figures"]["methods"]
-    expected = {"erm"} | {record["label"]}
-    assert set(methods) == expected
-    for label in expected:
+    assert set(methods) == {name.split("__")[0] for name in confirmed}
+    for label in methods:
         assert methods[label]["seeds"] == [3, 4, 5]
+    # ... and its hard-tier column is the verdict's figure, run by run.
+    verdict = record["verdict"]
+    assert methods["erm"]["values"]["tier:hard"] == pytest.approx(verdict["hard_tier"]["reference"])
+    if verdict["chosen"] != "erm":
+        chosen_values = methods[verdict["chosen"]]["values"]["tier:hard"]
+        assert chosen_values == pytest.approx(verdict["hard_tier"]["chosen"])
+        assert methods[verdict["chosen"]]["difference"]["tier:hard"] == pytest.approx(
+            verdict["hard_tier"]["mean_difference"])
     assert "| method | seeds | overall | easy | medium | hard |" in out
-    confirmation_runs = sorted(p.name for p in (directory / "confirmation").iterdir() if "__seed=" in p.name)
-    assert confirmation_runs == sorted(f"{label}__seed={s}" for label in expected for s in (3, 4, 5))
 
 
-def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tuned, capsys):
-    tmp, config, args = tuned
-    directory = tmp / "out" / "t"
-    before = (directory / "recommendation.json").read_text()
-    request = make_request(load_config(config), name="t", output_dir=str(tmp / "out"), candidate_set="quick")
-    groups = _groups(request)
-    choice = _chosen(request).to_dict()
+def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tuned, tmp_path, capsys):
+    directory, args = _finished_copy(tuned, tmp_path)
+    before = json.loads((directory / "recommendation.json").read_text()
+                        .replace(str(tuned.tmp / "out"), str(tmp_path / "out")))
+    request = _request(tmp_path / "out")
+    choice = _choice(request).to_dict()
+    _plan, trials = _replay(request)
     # Corrupt every test field of every selection run: make one candidate perfect on test and every
     # other one worthless, the opposite of whatever the validation split said.
-    favoured = next(label for label in groups if label != choice["recommended"])
-    for label, paths in groups.items():
-        for path in paths:
+    favoured = next(label for label in QUICK if label != choice["recommended"])
+    for label in QUICK:
+        for seed in (0, 1, 2):
+            path = directory / "selection" / f"{label}__seed={seed}"
             file = path / "final.json"
             final = json.loads(file.read_text())
             value = 1.0 if label == favoured else 0.0
@@ -151,16 +254,19 @@ def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tune
             assert set(TEST_FIELDS) <= set(final)
             file.write_text(json.dumps(final))
             # ... and the per-sample test predictions.
-            with np.load(path / "predictions" / "test.npz") as data:
-                y_true = data["y_true"]
+            y_true, _ = _load(path / "predictions" / "test.npz")
             np.savez(path / "predictions" / "test.npz", y_true=y_true,
                      y_pred=y_true if value == 1.0 else (y_true + 1) % k)
-    assert _chosen(request).to_dict() == choice
-    # The whole command again: every run is reused and the recommendation is byte-identical.
+    assert _choice(request).to_dict() == choice
+    # The whole command again: every run is reused and the recommendation is the same.
+    capsys.readouterr()
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "12 skipped (finished earlier)" in out and "0 run(s) trained" in out
-    assert (directory / "recommendation.json").read_text() == before
+    assert out.count("(finished earlier)") == len(trials) and "running " not in out and "] done " not in out
+    after = json.loads((directory / "recommendation.json").read_text())
+    for record in (before, after):
+        record.pop("git_commit")  # other commits may land on the checkout meanwhile
+    assert after == before
 
 
 @pytest.mark.parametrize(
@@ -199,8 +305,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, chang
 @pytest.mark.slow
 def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_path, capsys):
     """``--launcher slurm`` (submitit's ``local`` executor: real jobs, no cluster) reaches both of
-    tune's sweeps: every selection and confirmation run is a finished submitit job, and the
-    recommendation is the rule's choice from those runs' validation sections."""
+    tune's sweeps: every selection and confirmation run the plan asked for is a finished submitit job,
+    and the record is the plan's advice on those runs' predictions."""
     pytest.importorskip("submitit", reason="submitit is the cluster extra (pip install 'mr2[cluster]')")
     from mr2.sweep.cluster import read_jobs
 
@@ -209,61 +315,51 @@ def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_pa
     code = main(["tune", "--config", str(config), "--candidates", "quick", "--seeds", "2", "--confirm-seeds", "2",
                  "--threads-per-run", "1", "--output-dir", str(out_dir), "--name", "t", "--launcher", "slurm",
                  "--launcher-option", "executor=local", "--launcher-option", "timeout_min=10"])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
     directory = out_dir / "t"
     record = json.loads((directory / "recommendation.json").read_text())
-    request = make_request(load_config(config), name="t", output_dir=str(out_dir), seeds="2", confirm_seeds="2",
-                           candidate_set="quick")
-    assert record["selection"]["recommended"] == _chosen(request).recommended
-    for phase, count in (("selection", 4 * 2), ("confirmation", 2 * len({"erm", record["label"]}))):
-        jobs = read_jobs(directory / phase)["runs"]
-        assert len(jobs) == count, (phase, sorted(jobs))
-        assert {entry["state"] for entry in jobs.values()} == {"done"}
+    request = _request(out_dir, seeds="2", confirm_seeds="2")
+    plan, trials = _replay(request)
+    assert record["selection"]["recommended"] == _choice(request).recommended
+    assert record["advice"] == _json(plan.advice().to_dict())
+    for phase in ("selection", "confirmation"):
+        expected = sorted(f"{label}__seed={seed}" for p, label, seed in trials if p == phase)
+        assert len(expected) == (4 * 2 if phase == "selection" else len(expected))
+        jobs = read_jobs(directory / phase)["runs"] if expected else {}
+        assert sorted(jobs) == expected, phase
+        assert {entry["state"] for entry in jobs.values()} <= {"done"}
         for run in jobs:
             assert (directory / phase / run / "final.json").is_file()
             assert "=== mr2 sweep (submitit job" in (directory / phase / run / "train.log").read_text()
 
 
-def _finished_copy(tuned, tmp_path: Path) -> tuple[Path, list[str]]:
-    """A copy of the module's finished tune directory (every run finished) and the arguments that tune
-    it in place."""
-    import shutil
-
-    tmp, _config_file, args = tuned
-    if not (tmp / "out" / "t" / "recommendation.json").is_file():
-        assert main(args) == 0
-    shutil.copytree(tmp / "out" / "t", tmp_path / "out" / "t")
-    copied = [*args]
-    copied[copied.index("--output-dir") + 1] = str(tmp_path / "out")
-    return tmp_path / "out" / "t", copied
-
-
-def test_a_rerun_with_another_configuration_scores_none_of_the_refused_runs(tuned, tmp_path, capsys):
-    """Rerun a finished tune with ``--set optim.lr=0.07``: its sweep refuses every
-    selection run (finished with lr 0.05), so none is scored, nothing is confirmed at lr 0.07 and the
-    recommendation made at lr 0.05 stays as it was."""
+def test_a_rerun_with_another_configuration_stops_at_erms_refused_run(tuned, tmp_path, capsys):
+    """Rerun a finished tune with ``--set optim.lr=0.07``: its sweep refuses ERM's first selection
+    run (finished with lr 0.05), which runs alone first; ERM failing ends the tune (exit 1, nothing to
+    compare with) before any other run is tried, and the recommendation made at lr 0.05 stays."""
     directory, args = _finished_copy(tuned, tmp_path)
     before = (directory / "recommendation.json").read_text()
-    confirmation = sorted(p.name for p in (directory / "confirmation").iterdir())
+    confirmation = sorted(p.name for p in (directory / "confirmation").glob("*"))
     capsys.readouterr()
     assert main([*args, "--set", "optim.lr=0.07"]) == 1
-    out = capsys.readouterr().out
-    refused = [line for line in out.splitlines() if line.startswith("FAILED ")]
-    assert len(refused) == 12 and all("holds a finished run with a different configuration" in line
-                                      for line in refused)
-    assert "no recommendation: " in out and "== confirmation" not in out
-    assert NOT_ACCEPTED.format(count=12) in out
+    captured = capsys.readouterr()
+    out = captured.out
+    refused = [line for line in out.splitlines() if "FAILED " in line]
+    assert len(refused) == 1 and "erm__seed=0" in refused[0]
+    assert "holds a finished run with a different configuration (differs in: optim.lr)" in refused[0]
+    assert "erm is not eligible: failed (" in out and "failed (failed" not in out
+    assert captured.err.startswith("mr2 tune: no recommendation: the reference 'erm' failed (selection, seed 0")
+    assert "== confirmation" not in out and "] done " not in out and "skipped" not in out
     assert (directory / "recommendation.json").read_text() == before
     assert json.loads(before)["base_config"]["optim"]["lr"] == 0.05
-    assert sorted(p.name for p in (directory / "confirmation").iterdir()) == confirmation
+    assert sorted(p.name for p in (directory / "confirmation").glob("*")) == confirmation
 
 
-def test_a_selection_run_locked_elsewhere_is_not_scored_and_its_candidate_is_not_eligible(
-        tuned, tmp_path, capsys):
-    """A selection run owned by another process (its lock held) is not scored, even
-    if it finishes meanwhile; its candidate lacks that seed, so it is not eligible, and the record says
-    which seed is missing."""
+def test_a_selection_run_locked_elsewhere_fails_its_trial_and_rules_its_candidate_out(tuned, tmp_path, capsys):
+    """A selection run owned by another process (its lock held) is not scored, even if it finishes
+    meanwhile: its trial failed, so its candidate is ruled out (listed in ``failed`` with the reason and
+    the log) and the tune goes on to its advice (exit 0)."""
     from mr2.rundir import RunLock
 
     directory, args = _finished_copy(tuned, tmp_path)
@@ -274,16 +370,47 @@ def test_a_selection_run_locked_elsewhere_is_not_scored_and_its_candidate_is_not
     with RunLock(run_dir):
         code = main(args)
     out = capsys.readouterr().out
-    assert code == 1
-    assert f"RUNNING ELSEWHERE {label}__seed=1" in out
+    assert code == 0, out
+    assert f"{label} is not eligible: failed (running elsewhere: " in out
     record = json.loads((directory / "recommendation.json").read_text())
-    assert record["selection"]["missing_seeds"] == {label: [1]}
-    entry = next(c for c in record["selection"]["candidates"] if c["label"] == label)
-    assert entry["eligible"] is False and entry["runs"] == [f"{label}__seed=0", f"{label}__seed=2"]
-    assert record["label"] != label
-    assert MISSING_SEEDS.format(label=label, seeds=[1]) in out
-    others = [c for c in record["selection"]["candidates"] if c["label"] != label]
-    assert all(len(c["runs"]) == 3 for c in others)
+    failed = record["failed"]
+    assert list(failed) == [label]
+    assert (failed[label]["phase"], failed[label]["seed"]) == ("selection", 1)
+    assert failed[label]["reason"].startswith("running elsewhere: ")
+    assert failed[label]["log"] == str(run_dir / "train.log")
+    assert record["label"] != label and (record["chosen"] or {}).get("label") != label
+    assert record["advice"]["ruled_out"][label].startswith("failed (running elsewhere: ")
+    scores = {c["label"]: c for c in record["selection"]["candidates"]}
+    assert label not in scores
+    assert all(len(c["runs"]) == 3 for c in scores.values())
+
+
+@pytest.mark.parametrize(
+    ("label", "code"),
+    [("mr2-paper-c1", 0), ("erm", 1)],
+    ids=["candidate", "erm"],
+)
+def test_runs_of_an_older_mr2_without_predictions_are_failed_trials(tuned, tmp_path, capsys, label, code):
+    """A run finished by an older mr2 (no predictions/val.npz) cannot be scored: its trial failed, naming
+    the file. A candidate's is ruled out and the tune goes on; ERM's ends the tune (exit 1), the
+    previous recommendation kept."""
+    directory, args = _finished_copy(tuned, tmp_path)
+    before = (directory / "recommendation.json").read_text()
+    run_dir = directory / "selection" / f"{label}__seed=0"
+    shutil.rmtree(run_dir / "predictions")
+    capsys.readouterr()
+    assert main(args) == code
+    captured = capsys.readouterr()
+    message = NO_PREDICTIONS.format(run=run_dir, file="predictions/val.npz")
+    assert f"{label} is not eligible: failed ({message}) (log: {run_dir / 'train.log'})" in captured.out
+    if code == 1:
+        assert captured.err.startswith("mr2 tune: no recommendation: the reference 'erm' failed")
+        assert (directory / "recommendation.json").read_text() == before
+        return
+    record = json.loads((directory / "recommendation.json").read_text())
+    assert record["failed"] == {label: {"phase": "selection", "seed": 0, "reason": message,
+                                        "log": str(run_dir / "train.log")}}
+    assert record["label"] != label and label not in {c["label"] for c in record["selection"]["candidates"]}
 
 
 @pytest.mark.parametrize(
@@ -299,7 +426,7 @@ def test_a_selection_run_locked_elsewhere_is_not_scored_and_its_candidate_is_not
                                                         maximum=MAX_SEEDS)),
         (["--seeds", ",".join(str(s) for s in range(1001))],
          TOO_MANY_SEEDS.format(flag="--seeds", count=1001, maximum=MAX_SEEDS)),
-        (["--name", ".."], BAD_NAME.format(what="--name", value="'..'",
+        (["--name", ".."], BAD_NAME.format(what="name", value="'..'",
                                            problem="'.' and '..' name directories, not runs")),
         (["--name", "a\nb"], "it contains a control character"),
     ],
@@ -316,18 +443,28 @@ def test_names_and_counts_out_of_range_are_refused_like_the_sweep_refuses_them(t
     assert not out_dir.exists()
 
 
-def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_trials(tuned, tmp_path):
-    """The Python API fed the engine runs' own predictions (a train_fn that returns each
-    selection and confirmation run's predictions/val.npz and test.npz) chooses what --config chose, with
-    the same scores, tiers and verdict."""
-    import io
+def test_the_phase_specs_are_every_candidate_on_the_phases_seed_pool(tuned):
+    """The two sweeps behind the engine source: every candidate x the phase's seeds, no report of their
+    own (tune writes the confirmation's, on the verdict's tiers)."""
+    from mr2.sweep import plan_sweep
 
+    request = _request(tuned.tmp / "out")
+    config = load_config(tuned.config)
+    for phase, seeds in (("selection", [0, 1, 2]), ("confirmation", [3, 4, 5])):
+        spec = phase_spec(request, config, phase, workers=2)
+        assert (spec.name, spec.workers, spec.output_dir) == (phase, 2, str(request.directory))
+        points = plan_sweep(spec)
+        assert sorted((p.label, p.seed) for p in points) == sorted((c, s) for c in QUICK for s in seeds)
+
+
+def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_trials(tuned, tmp_path):
+    """The Python API fed the engine runs' own predictions (a train_fn that returns each selection and
+    confirmation run's predictions/val.npz and test.npz) chooses and advises what --config did, with the
+    same scores, tiers and verdict: one driver."""
     from mr2.tune import TrialPredictions, tune
 
-    tmp, _config_file, args = tuned
-    directory = tmp / "out" / "t"
-    if not (directory / "recommendation.json").is_file():
-        assert main(args) == 0
+    assert tuned.code == 0, tuned.out + tuned.err
+    directory = tuned.directory
     engine = json.loads((directory / "recommendation.json").read_text())
 
     def replay(candidate, seed):
@@ -335,34 +472,18 @@ def test_the_engine_path_and_the_python_path_make_the_same_choice_on_the_same_tr
         run = directory / phase / f"{candidate.label}__seed={seed}" / "predictions"
         splits = {}
         for split in ("val", "test"):
-            with np.load(run / f"{split}.npz") as data:
-                splits[split] = {"y_true": data["y_true"].astype(np.int64), "y_pred": data["y_pred"].astype(np.int64)}
+            y_true, y_pred = _load(run / f"{split}.npz")
+            splits[split] = {"y_true": y_true, "y_pred": y_pred}
         return TrialPredictions(val=splits["val"], test=splits["test"])
 
-    python = tune(replay, num_classes=6, candidates="quick", seeds=3, confirm_seeds=3, output_dir=tmp_path, name="p",
-                  stream=io.StringIO()).record
-    assert python["label"] == engine["label"]
-    for key in ("recommended", "tiers", "split_tiers", "hard_tier_classes", "margin", "threshold", "tier_rule"):
-        assert python["selection"].get(key) == engine["selection"].get(key), key
-    assert [(c["label"], c["scores"], c["eligible"]) for c in python["selection"]["candidates"]] == [
-        (c["label"], c["scores"], c["eligible"]) for c in engine["selection"]["candidates"]]
-    assert python["verdict"] == engine["verdict"]
-
-
-def test_runs_of_an_older_mr2_without_predictions_fall_back_and_say_so(tuned, tmp_path, capsys):
-    """Runs finished before the engine wrote predictions/: the selection ranks and scores on the same
-    validation samples (final.json's per-class figures) and says so; the confirmation gets no verdict,
-    and the record says which run lacks its test predictions."""
-    import shutil
-
-    directory, args = _finished_copy(tuned, tmp_path)
-    for predictions in directory.glob("*/*__seed=*/predictions"):
-        shutil.rmtree(predictions)
-    capsys.readouterr()
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert OLD_RUNS in out
-    record = json.loads((directory / "recommendation.json").read_text())
-    assert record["selection"]["tier_rule"] == "same_samples" and "same samples" in record["rule"]
-    assert record["verdict"] is None and record["verdict_error"].endswith(
-        "has no predictions/test.npz (finished by an older mr2); delete it and rerun the tune for a verdict")
+    result = tune(replay, num_classes=NUM_CLASSES, candidates="quick", seeds=3, confirm_seeds=3,
+                  output_dir=tmp_path, name="p", stream=io.StringIO())
+    python = result.record.to_dict()
+    assert set(python) == set(engine)
+    for key in ("adopt", "label", "method", "options", "loss_spec", "recommendation_is_erm", "use", "chosen",
+                "reason", "criterion", "rule", "design", "failed", "verdict", "advice", "trainings"):
+        assert python[key] == engine[key], key
+    assert python["selection"] == engine["selection"]
+    assert python["confirmation"]["seeds"] == engine["confirmation"]["seeds"]
+    assert python["confirmation"]["figures"] == engine["confirmation"]["figures"]
+    assert python["source"] == {"kind": "python"} and python["base_config"] is None

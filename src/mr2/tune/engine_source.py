@@ -55,7 +55,9 @@ NO_PREDICTIONS = (
     "{run} has no {file} (finished by an older mr2 without per-sample predictions); delete that run "
     "directory and run the tune again"
 )
-NOT_ACCEPTED = "{status}: {message}"
+#: Why a run that was not accepted failed its trial, by the sweep's status (a ``failed`` run's
+#: message says it all; the driver prints "failed (...)" around it).
+NOT_ACCEPTED = {"failed": "{message}", "running": "running elsewhere: {message}"}
 
 
 def _gpus(device: str) -> int:
@@ -174,7 +176,8 @@ class EngineSource:
                 log = outcome.log_path
                 if outcome.status not in ("done", "skipped"):
                     message = outcome.message or "see its log"
-                    failure = NOT_ACCEPTED.format(status=outcome.status, message=message)
+                    failure = NOT_ACCEPTED.get(outcome.status, "{status}: {message}").format(
+                        status=outcome.status, message=message)
                     results[key] = TrialResult(trial, None, failure=failure, log=log, seconds=outcome.seconds)
                     continue
                 results[key] = self._read(trial, point, log, outcome.seconds, outcome.status == "skipped")
