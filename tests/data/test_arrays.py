@@ -255,3 +255,68 @@ def test_a_stray_label_is_named_and_a_real_gap_is_not(tmp_path: Path) -> None:
     content["y_test"][content["y_test"] == 2] = 3
     path = _save(tmp_path / "gap.npz", content)
     _expect(path, errors.EMPTY_CLASSES.format(path=path, classes="2 (2)", num_classes=5))
+
+
+BOUNDED_CHILD = """
+import json, resource, sys
+from pathlib import Path
+import torch
+from mr2.data.arrays import load_arrays
+from mr2.data.errors import DatasetError
+
+def address_space():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+
+limit = address_space() + 1536 * 2**20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+try:
+    load_arrays(sys.argv[1])
+    print(json.dumps({"outcome": "accepted"}))
+except DatasetError as error:
+    print(json.dumps({"outcome": "error", "message": str(error)}))
+"""
+
+
+def _load_bounded(path: Path) -> dict[str, Any]:
+    """load_arrays(path) in a child under an address-space limit of 1.5 GB above its imports."""
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-c", BOUNDED_CHILD, str(path)], capture_output=True, text=True, timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return json.loads(completed.stdout)
+
+
+@pytest.mark.parametrize("label", [10**9, 2**62])
+def test_one_huge_label_builds_no_huge_class_list(tmp_path: Path, label: int) -> None:
+    # Without class_names K is the largest label + 1: one label of 10^9 used to build 10^9 class names
+    # and a 10^9-long count. Named from the labels present (at most N of them) instead.
+    content = _arrays()
+    content["y_train"][4] = label
+    path = _save(tmp_path / "huge.npz", content)
+    result = _load_bounded(path)
+    shown = ", ".join(str(k) for k in range(3, 23))
+    assert result == {"outcome": "error", "message": errors.ARRAY_LABEL_PAST_OTHERS.format(
+        path=path, key="y_train", split="training", label=label, index=4, count=1, top=2,
+        num_classes=label + 1, empty=shown,
+    )}
+
+
+def test_more_classes_than_training_samples_is_refused_without_counting_them(tmp_path: Path) -> None:
+    # Two large labels (no single stray one): K = 10^9 + 1 classes for 12 training samples, so most
+    # classes have none; said without a K-long count.
+    content = _arrays()
+    content["y_train"][4] = 10**9
+    content["y_train"][5] = 10**9 - 1
+    path = _save(tmp_path / "sparse.npz", content)
+    result = _load_bounded(path)
+    shown = ", ".join(str(k) for k in range(3, 23))
+    assert result == {"outcome": "error", "message": errors.EMPTY_CLASSES.format(
+        path=path, classes=f"{shown}, ... ({10**9 + 1 - 5} in all)", num_classes=10**9 + 1,
+    )}

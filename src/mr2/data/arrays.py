@@ -151,22 +151,48 @@ def _check_below(path: Path, labels: dict[str, torch.Tensor], num_classes: int) 
             )
 
 
+_SHOWN_EMPTY = 20  # empty classes named in a message
+
+
+def _missing(present: list[int], num_classes: int, limit: int = _SHOWN_EMPTY) -> list[int]:
+    """The first ``limit`` ids of ``0..num_classes-1`` not in ``present`` (sorted, distinct): found by
+    walking the labels present, never a K-long array (K may be 10^9 when one label is)."""
+    missing: list[int] = []
+    expected = 0
+    for value in [*present, num_classes]:
+        while expected < value and len(missing) < limit:
+            missing.append(expected)
+            expected += 1
+        if len(missing) >= limit:
+            break
+        expected = value + 1
+    return missing
+
+
 def _check_no_stray_label(path: Path, labels: dict[str, torch.Tensor], num_classes: int) -> None:
     """Without ``class_names``: a single label far past the others (K inferred from it) is named,
-    instead of the empty classes it leaves below it."""
-    counts = torch.bincount(labels["y_train"], minlength=num_classes)
-    empty = torch.nonzero(counts == 0).flatten()
-    if empty.numel() == 0 or int(empty[0]) == 0:
+    instead of the empty classes it leaves below it; with more classes than training samples (some
+    classes are then empty), the empty classes are named. Both from the labels present (at most N),
+    without a K-long count."""
+    present = torch.unique(labels["y_train"]).tolist()
+    empty = _missing(present, num_classes)
+    if not empty:
         return
-    gap = int(empty[0])
-    above = torch.cat([y[y >= gap] for y in labels.values()]).unique()
-    if above.numel() != 1:
-        return  # several classes above the gap: a real gap, reported as empty classes
+    gap = empty[0]
+    above = torch.cat([y[y >= gap] for y in labels.values()]).unique() if gap else torch.zeros(0)
+    if gap == 0 or above.numel() != 1:  # a real gap: the empty classes (if K is not small)
+        if num_classes > labels["y_train"].numel():
+            listed = ", ".join(str(k) for k in empty) + f", ... ({num_classes - len(present)} in all)"
+            raise DatasetError(
+                errors.EMPTY_CLASSES.format(path=path, classes=listed, num_classes=num_classes),
+                path=path,
+            )
+        return
     for key, y in labels.items():
         found = first_label_at_or_above(y, gap)
         if found is not None:
             label, index, count = found
-            shown = ", ".join(str(k) for k in empty.tolist()[:20])
+            shown = ", ".join(str(k) for k in empty)
             raise DatasetError(
                 errors.ARRAY_LABEL_PAST_OTHERS.format(
                     path=path, key=key, split=_SPLITS[key], label=label, index=index, count=count,
@@ -229,9 +255,9 @@ def load_arrays(path: str | os.PathLike[str]) -> SplitArrays:
     names = content.get("class_names")
     if names is None:
         num_classes = int(torch.cat([y_train, y_test]).max()) + 1
-        class_names = [str(k) for k in range(num_classes)]
         if int(torch.cat([y_train, y_test]).min()) >= 0:
-            _check_no_stray_label(path, labels, num_classes)
+            _check_no_stray_label(path, labels, num_classes)  # before K names are built
+        class_names = [str(k) for k in range(num_classes)]
     else:
         if isinstance(names, torch.Tensor) or not all(isinstance(n, str) for n in names):
             raise _unreadable(path, "`class_names` must be a list / array of strings")
