@@ -181,7 +181,8 @@ class _Run:
             self.failed[label] = {"phase": trial.phase, "seed": trial.seed, "reason": result.failure,
                                   "log": None if result.log is None else str(result.log)}
             where = f" (log: {result.log})" if result.log is not None else ""
-            self.say(f"{label} is not eligible: failed ({result.failure}){where}")
+            if label != REFERENCE_LABEL:  # ERM failing ends the tune: the plan says so, once
+                self.say(f"{label} is not eligible: failed ({result.failure}){where}")
             self.plan.record_failure(trial.phase, label, trial.seed, f"{result.failure}{where}")
             return
         assert result.predictions is not None
