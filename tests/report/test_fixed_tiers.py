@@ -55,5 +55,5 @@ def test_sweep_spec_report_tier_assignment_is_checked():
     base = {"name": "s", "base": {"data": {"name": "synthetic"}}, "methods": {"erm": {}}, "seeds": 1}
     spec = spec_from_dict({**base, "report": {"tier_assignment": [0, 1, 2]}})
     assert spec.report.tier_assignment == [0, 1, 2]
-    with pytest.raises(SweepSpecError, match="report.tier_assignment"):
+    with pytest.raises(SweepSpecError, match=r"report\.tier_assignment"):
         spec_from_dict({**base, "report": {"tier_assignment": ["x"]}})

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from mr2.tune.driver import TuneResult, run_tune
     from mr2.tune.record import TuneRecord
     from mr2.tune.request import TuneRequest, make_request
+    from mr2.tune.script import add_trial_arguments, fixed_split, write_predictions
     from mr2.tune.selection import (
         CRITERIA,
         Choice,
@@ -66,6 +67,9 @@ EXPORTS = {
     "read_validation": "mr2.tune.selection",
     "run_tune": "mr2.tune.driver",
     "tune": "mr2.tune.api",
+    "add_trial_arguments": "mr2.tune.script",
+    "fixed_split": "mr2.tune.script",
+    "write_predictions": "mr2.tune.script",
 }
 
 __all__ = [
@@ -89,14 +93,17 @@ __all__ = [
     "TuneResult",
     "TuneSelectionError",
     "ValidationFigures",
+    "add_trial_arguments",
     "candidates",
     "choose",
+    "fixed_split",
     "loss_from_spec",
     "make_request",
     "parse_loss_spec",
     "read_validation",
     "run_tune",
     "tune",
+    "write_predictions",
 ]
 
 if not TYPE_CHECKING:
