@@ -19,12 +19,12 @@ import numpy as np
 from mr2.engine.loop import EvalResult
 from mr2.engine.trainer import Trainer
 from mr2.io import atomic_write_bytes
-from mr2.rundir import DatasetInfo, FinalRecord, SplitFigures
+from mr2.rundir import DatasetInfo, FinalRecord, SplitFigures, layout
 
 __all__ = ["NO_VALIDATION", "PREDICTIONS_DIR", "Predictions", "final_record", "write_predictions"]
 
-#: The run directory's folder of per-sample predictions.
-PREDICTIONS_DIR = "predictions"
+#: The run directory's folder of per-sample predictions (its home: the run directory's layout).
+PREDICTIONS_DIR = layout.PREDICTIONS_DIR
 
 NO_VALIDATION = (
     "the run {name!r} has no validation split (data.val_fraction is 0), so there is nothing to "

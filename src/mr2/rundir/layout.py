@@ -14,7 +14,9 @@
   checkpoint is written, so a kill between the two leaves one line too many);
 - temporary files of interrupted atomic writes (``.<name>.*.tmp``) are removed when a run starts;
 - ``--overwrite`` replaces a run and nothing else: a directory holding anything outside the layout
-  is refused (:meth:`RunDirectory.check_overwritable`);
+  (inside ``checkpoints/``, ``predictions/`` and ``tensorboard/`` too) is refused, and so is one whose
+  ``config.yaml`` is not a configuration ``mr2 train`` saved (a user's own ``config.yaml`` and
+  ``metrics.jsonl`` are not a run) (:meth:`RunDirectory.check_overwritable`);
 - ``--overwrite`` never loses the old run before the new one exists: the old files are moved into
   ``.overwritten/`` and deleted only once the new run has written its first checkpoint; a new run
   that fails before that gets the old files back (at once, or, after a kill, when the directory is
@@ -25,17 +27,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from mr2.config.diff import RESUMABLE_KEYS, config_differences
+from mr2.config.schema import RunConfig
 from mr2.io import atomic_write_json, atomic_write_text
 from mr2.rundir.errors import RunDirectoryError
 from mr2.rundir.lock import LOCK_FILE, RunLock, RunLockedError, lock_holder
@@ -47,6 +51,7 @@ __all__ = [
     "FILE_UNREADABLE",
     "NOT_A_RUN_DIRECTORY",
     "NOT_WRITABLE",
+    "NOT_WRITTEN_BY_TRAIN",
     "OVERWRITE_IN_PROGRESS",
     "OVERWRITE_NOT_RESTORED",
     "OVERWRITTEN_DIR",
@@ -71,6 +76,17 @@ _NOT_A_RUN = "{path} is not a run directory (no config.yaml / checkpoints/last.p
 NOT_A_RUN_DIRECTORY = (
     "{path} is not a run directory of mr2: it holds {entries}, which no run writes; --overwrite would "
     "delete them, so nothing was changed: choose another run name or output_dir, or move them away"
+)
+NOT_WRITTEN_BY_TRAIN = (
+    "{path} holds {entries}, but not a run written by `mr2 train`: {problem}; --overwrite would delete "
+    "them, so nothing was changed: choose another run name or output_dir, or move them away"
+)
+#: ``{problem}`` of :data:`NOT_WRITTEN_BY_TRAIN`.
+NO_SAVED_CONFIG = "it has no config.yaml (mr2 train writes it before any other file of a run)"
+SAVED_CONFIG_UNREADABLE = "its config.yaml cannot be read ({error})"
+SAVED_CONFIG_INCOMPLETE = (
+    "its config.yaml is not a configuration mr2 train saved (that one holds every setting, resolved; "
+    "this one lacks {keys})"
 )
 RUN_DIR_NOT_A_DIRECTORY = (
     "{path} exists and is not a directory, so it cannot be a run directory; choose another run name "
@@ -129,6 +145,14 @@ _LAYOUT_FILES = ("config.yaml", "metrics.jsonl", "final.json", TRAINER_LOG, LOCK
 _EVAL_FILE = re.compile(r"eval_[A-Za-z0-9_]+\.json")
 _LAYOUT_DIRS = ("checkpoints", "tensorboard", "predictions", OVERWRITTEN_DIR)
 _CHECKPOINT_FILES = ("last.pt", "best.pt")
+#: The run's per-sample predictions (:func:`mr2.engine.final.write_predictions`).
+PREDICTIONS_DIR = "predictions"
+_PREDICTIONS_FILES = ("test.npz", "val.npz")
+#: TensorBoard's event files (``SummaryWriter``), in ``tensorboard/`` and ``tensorboard/steps/``.
+_EVENT_FILE = re.compile(r"events\.out\.tfevents\..+")
+_TENSORBOARD_SUBDIRS = ("steps",)
+#: Entries of the run directory that do not make it a run (the sweep writes them before the trainer).
+_NOT_A_RUN_YET = (LOCK_FILE, OVERWRITTEN_DIR, TRAINER_LOG)
 #: ``.<name>.<random>.tmp``: what :mod:`mr2.io` leaves of an interrupted write of ``<name>``.
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp")
 _SHOWN_ENTRIES = 5
@@ -141,8 +165,34 @@ def _is_layout_file(name: str, names: tuple[str, ...], pattern: re.Pattern[str] 
     return name in names or (pattern is not None and pattern.fullmatch(name) is not None)
 
 
+def _foreign_children(
+    directory: Path,
+    prefix: str,
+    names: tuple[str, ...],
+    pattern: re.Pattern[str] | None = None,
+    subdirs: tuple[str, ...] = (),
+) -> list[str]:
+    """The entries of a layout directory that a run does not write there: files other than ``names``
+    (or ``pattern``), directories other than ``subdirs`` (whose files are checked the same way)."""
+    foreign: list[str] = []
+    for child in sorted(directory.iterdir()):
+        shown = f"{prefix}{child.name}"
+        if child.is_symlink():
+            foreign.append(shown)
+        elif child.is_dir():
+            if child.name in subdirs:
+                foreign += _foreign_children(child, shown + "/", names, pattern)
+            else:
+                foreign.append(shown + "/")
+        elif not child.is_file() or not _is_layout_file(child.name, names, pattern):
+            foreign.append(shown)
+    return foreign
+
+
 def _foreign_entries(path: Path) -> list[str]:
-    """The entries of ``path`` outside the run layout (directories with a trailing ``/``)."""
+    """The entries of ``path`` outside the run layout (directories with a trailing ``/``), the
+    children of ``checkpoints/``, ``predictions/`` and ``tensorboard/`` included (``.overwritten/``
+    holds a previous run, put there by an overwrite)."""
     foreign: list[str] = []
     for entry in sorted(path.iterdir()):
         if entry.is_symlink():
@@ -151,14 +201,60 @@ def _foreign_entries(path: Path) -> list[str]:
             if entry.name not in _LAYOUT_DIRS:
                 foreign.append(entry.name + "/")
             elif entry.name == "checkpoints":
-                foreign += [
-                    f"checkpoints/{child.name}" for child in sorted(entry.iterdir())
-                    if child.is_symlink() or not child.is_file()
-                    or not _is_layout_file(child.name, _CHECKPOINT_FILES)
-                ]
+                foreign += _foreign_children(entry, "checkpoints/", _CHECKPOINT_FILES)
+            elif entry.name == PREDICTIONS_DIR:
+                foreign += _foreign_children(entry, f"{PREDICTIONS_DIR}/", _PREDICTIONS_FILES)
+            elif entry.name == "tensorboard":
+                foreign += _foreign_children(
+                    entry, "tensorboard/", (), _EVENT_FILE, subdirs=_TENSORBOARD_SUBDIRS
+                )
         elif not entry.is_file() or not _is_layout_file(entry.name, _LAYOUT_FILES, _EVAL_FILE):
             foreign.append(entry.name)
     return foreign
+
+
+def _missing_keys(saved: Mapping[str, Any], template: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The settings of a resolved configuration (``template``, nested) that ``saved`` lacks, dotted."""
+    missing: list[str] = []
+    for key, value in template.items():
+        if key not in saved:
+            missing.append(prefix + key)
+        elif isinstance(value, dict) and value:
+            inner = saved[key]
+            if isinstance(inner, Mapping):
+                missing += _missing_keys(inner, value, f"{prefix}{key}.")
+            else:
+                missing.append(prefix + key)
+    return missing
+
+
+def _not_a_saved_config(config_file: Path) -> str | None:
+    """Why ``config_file`` is not a configuration ``mr2 train`` saved (None: it is one). A saved
+    configuration is resolved: it holds every setting of :class:`~mr2.config.RunConfig`, nested
+    sections included; a user's own ``config.yaml`` (the settings they chose) does not."""
+    if not config_file.is_file():
+        return NO_SAVED_CONFIG
+    try:
+        saved = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return SAVED_CONFIG_UNREADABLE.format(error=reason)
+    if not isinstance(saved, Mapping):
+        return SAVED_CONFIG_INCOMPLETE.format(keys=f"everything: it holds a {type(saved).__name__}")
+    missing = _missing_keys(saved, dataclasses.asdict(RunConfig()))
+    if not missing:
+        return None
+    keys = ", ".join(repr(key) for key in missing[:_SHOWN_ENTRIES])
+    if len(missing) > _SHOWN_ENTRIES:
+        keys += f" and {len(missing) - _SHOWN_ENTRIES} more"
+    return SAVED_CONFIG_INCOMPLETE.format(keys=keys)
+
+
+def _shown(entries: list[str]) -> str:
+    shown = ", ".join(repr(name) for name in entries[:_SHOWN_ENTRIES])
+    if len(entries) > _SHOWN_ENTRIES:
+        shown += f" and {len(entries) - _SHOWN_ENTRIES} more"
+    return shown
 
 
 class RunDirectory:
@@ -415,8 +511,12 @@ class RunDirectory:
 
     # -------------------------------------------------------------- overwrite
     def check_overwritable(self) -> None:
-        """Raise :class:`RunDirectoryError` (:data:`NOT_A_RUN_DIRECTORY`) unless the directory is
-        absent, empty or holds only entries of the run layout: ``--overwrite`` deletes those only.
+        """Raise :class:`RunDirectoryError` unless ``--overwrite`` would delete nothing but a run:
+        the directory is absent, empty (but for the lock, a sweep's ``train.log``, a staged overwrite
+        or temporary files), or holds only entries of the run layout (:data:`NOT_A_RUN_DIRECTORY`,
+        naming the others, inside ``checkpoints/``, ``predictions/`` and ``tensorboard/`` too) next to
+        a ``config.yaml`` that ``mr2 train`` saved (:data:`NOT_WRITTEN_BY_TRAIN`: a resolved
+        configuration, holding every setting).
 
         Read-only (no lock needed): called before anything is built, and again under the lock.
         """
@@ -424,10 +524,19 @@ class RunDirectory:
             return
         foreign = _foreign_entries(self.path)
         if foreign:
-            shown = ", ".join(repr(name) for name in foreign[:_SHOWN_ENTRIES])
-            if len(foreign) > _SHOWN_ENTRIES:
-                shown += f" and {len(foreign) - _SHOWN_ENTRIES} more"
-            raise RunDirectoryError(NOT_A_RUN_DIRECTORY.format(path=self.path, entries=shown))
+            raise RunDirectoryError(NOT_A_RUN_DIRECTORY.format(path=self.path, entries=_shown(foreign)))
+        run_files = sorted(
+            entry.name + ("/" if entry.is_dir() else "")
+            for entry in self.path.iterdir()
+            if entry.name not in _NOT_A_RUN_YET and _TEMPORARY.fullmatch(entry.name) is None
+        )
+        if not run_files:
+            return
+        problem = _not_a_saved_config(self.config_file)
+        if problem is not None:
+            raise RunDirectoryError(
+                NOT_WRITTEN_BY_TRAIN.format(path=self.path, entries=_shown(run_files), problem=problem)
+            )
 
     def _movable(self) -> list[Path]:
         if not self.path.is_dir():
