@@ -37,6 +37,14 @@ from mr2.report.validation import validate_confusion
 __all__ = ["ConfidenceInterval", "bootstrap_confusion", "resample_class_counts"]
 
 _NUM_RESAMPLES_INVALID = "num_resamples must be a positive integer, got {value!r}"
+#: The most bootstrap resamples (the sweep spec's ``report.bootstrap`` limit too): 10^12 used to run
+#: for a minute, take 3 GB and end in a MemoryError.
+MAX_RESAMPLES = 100_000
+NUM_RESAMPLES_TOO_LARGE = (
+    "{value} bootstrap resamples is above the limit of {limit} (the intervals' resampling error is "
+    "negligible long before: 1,000 is the default); use at most {limit}"
+)
+SEED_INVALID = "the bootstrap seed must be a non-negative integer or a numpy Generator, got {value!r}"
 _CONFIDENCE_INVALID = "confidence must be in (0, 1), got {value!r}"
 _UNKNOWN_METRIC = "unknown metric {name!r}; available: {available}"
 _STATISTIC_SHAPE = (
@@ -76,7 +84,11 @@ class ConfidenceInterval:
 
 
 def _rng(seed: int | np.random.Generator | None) -> np.random.Generator:
-    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is not None and (not is_int(seed) or seed < 0):
+        raise ReportError(SEED_INVALID.format(value=seed))
+    return np.random.default_rng(seed)
 
 
 def resample_class_counts(
@@ -161,6 +173,9 @@ def bootstrap_confusion(
         raise ReportError(_CONFIDENCE_INVALID.format(value=confidence))
     if not is_int(num_resamples) or num_resamples < 1:
         raise ReportError(_NUM_RESAMPLES_INVALID.format(value=num_resamples))
+    if num_resamples > MAX_RESAMPLES:
+        raise ReportError(NUM_RESAMPLES_TOO_LARGE.format(value=num_resamples, limit=MAX_RESAMPLES))
+    _rng(seed)  # a bad seed is refused before any work
     matrix = validate_confusion(confusion)
     total = matrix.sum(axis=1)
     correct = np.diagonal(matrix).copy()

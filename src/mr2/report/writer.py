@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from mr2.checks import is_int, is_number
 from mr2.io import atomic_write_json, atomic_write_text
+from mr2.report.bootstrap import MAX_RESAMPLES, NUM_RESAMPLES_TOO_LARGE
 from mr2.report.comparison import Comparison, compare_runs
 from mr2.report.diagnostics import (
     CLASS_STATISTICS,
@@ -35,6 +37,7 @@ from mr2.report.diagnostics import (
     TrainingEvolution,
     training_evolution,
 )
+from mr2.report.exceptions import ReportError
 from mr2.report.html import report_html
 from mr2.report.markdown import PlotFile, report_markdown
 from mr2.report.run_dir import RunRecord
@@ -66,6 +69,33 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "run"
 
 
+SEED_INVALID = "the bootstrap seed (--seed) must be a non-negative integer, got {value!r}"
+BOOTSTRAP_INVALID = (
+    f"the bootstrap resamples (--bootstrap) must be an integer from 0 (no intervals) to {MAX_RESAMPLES}, "
+    "got {value!r}"
+)
+ALPHA_INVALID = "the significance level (--alpha) must be a number in (0, 1), got {value!r}"
+
+
+def check_settings(settings: ReportSettings) -> None:
+    """Refuse settings the report cannot honour, before any work: a seed numpy refuses, a negative or
+    huge resample count, a significance level outside (0, 1).
+
+    Raises:
+        ReportError: naming the setting and its flag.
+    """
+    if not is_int(settings.seed) or settings.seed < 0:
+        raise ReportError(SEED_INVALID.format(value=settings.seed))
+    resamples = settings.bootstrap_resamples
+    if not is_int(resamples) or resamples < 0:
+        raise ReportError(BOOTSTRAP_INVALID.format(value=resamples))
+    if resamples > MAX_RESAMPLES:
+        raise ReportError(NUM_RESAMPLES_TOO_LARGE.format(value=resamples, limit=MAX_RESAMPLES))
+    alpha = settings.alpha
+    if not is_number(alpha) or not 0.0 < float(alpha) < 1.0:
+        raise ReportError(ALPHA_INVALID.format(value=alpha))
+
+
 def write_report(
     runs: Sequence[RunRecord],
     out_dir: str | Path,
@@ -82,6 +112,7 @@ def write_report(
             (``write_report(runs, out, bootstrap_resamples=0, plots=False)``).
     """
     settings = dataclasses.replace(settings or ReportSettings(), **overrides)
+    check_settings(settings)
     out = Path(out_dir)
     comparison = compare_runs(runs, **settings.comparison_options())
     files: list[Path] = []
