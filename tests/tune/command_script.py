@@ -1,7 +1,7 @@
 """A stand-in for a user's training script, for ``mr2 tune --command`` tests: no training, predictions
 drawn per (loss specification, seed) like ``test_trial_tune.simulated``. NumPy only, so a trial takes a
 fraction of a second. ``FAKE_MODE`` makes it misbehave: ``exit3``, ``nothing``, ``wrong_k``, ``nan``,
-``labels`` (the second trial predicts other test samples); ``FAKE_FAIL`` gives a mode to named
+``labels`` (the second trial predicts other test samples), ``hang``; ``FAKE_FAIL`` gives a mode to named
 candidates only (``mr2-paper-c1:exit3,mr2-distance_1d-c1:nan``)."""
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ def main() -> int:
         return 3
     if mode == "nothing":
         return 0
+    if mode == "hang":
+        import time
+
+        time.sleep(600)
     out = Path(args.out)
     y_val = np.repeat(np.arange(K), PER_CLASS)
     y_test = np.repeat(np.arange(K), PER_CLASS)[::-1].copy()

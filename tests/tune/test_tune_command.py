@@ -17,12 +17,15 @@ from mr2.sweep.launcher import SLURM_ONLY
 from mr2.tune import tune
 from mr2.tune.command import (
     EXIT_CODE,
+    FORMAT_SPEC,
     MISSING_PLACEHOLDER,
     NO_PREDICTIONS,
+    QUOTED_PLACEHOLDER,
+    TIMED_OUT,
     UNKNOWN_PLACEHOLDER,
     command_source,
 )
-from mr2.tune.driver import describe
+from mr2.tune.driver import TUNE_LOCKED, describe
 from mr2.tune.request import make_request
 
 assert NO_PREDICTIONS.startswith("trial {trial}: the command wrote no predictions: {path} is missing")
@@ -275,3 +278,116 @@ def test_sigterm_stops_the_running_commands(tmp_path, workers):
 
     assert _wait_for(gone)
     assert not (pid_file.parent.parent / "trial.json").exists()
+
+
+def _start_tune(tmp_path: Path, command: str, *extra: str, name: str = "s"):
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "mr2", "tune", "--command", command, "--num-classes", "3",
+                             "--candidates", "erm,mr2-paper-c1", "--seeds", "2", "--confirm-seeds", "2",
+                             "--output-dir", str(tmp_path), "--name", name, *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().split(")")[1].split()[0] == "Z")
+
+
+#: A trial whose Python child (not the shell) traps SIGTERM, writes its own pid and hangs.
+_TRAPPING = (f"{sys.executable} -c \"import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "open(sys.argv[1] + '/pid', 'w').write(str(os.getpid())); time.sleep(600)\" {out} {loss} {seed}")
+
+
+def _child_pid(tmp_path: Path, name: str = "s") -> int:
+    pid_file = tmp_path / name / "trials" / "selection" / "erm" / "seed=0" / "output" / "pid"
+    assert _wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip().isdigit())
+    return int(pid_file.read_text())
+
+
+def test_kill_9_of_tune_leaves_no_trial_command_running(tmp_path):
+    """Issue 38: tune killed with SIGKILL (no handler runs): its trial command, a child of the shell
+    that ignores SIGTERM, is gone 3 s later (the group leader gets the death signal and kills the group)."""
+    import signal
+    import time
+
+    process = _start_tune(tmp_path, _TRAPPING)
+    try:
+        child = _child_pid(tmp_path)
+        assert _alive(child)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=30)
+        time.sleep(3.0)
+        assert not _alive(child)
+    finally:
+        process.kill()
+        process.communicate()
+
+
+def test_sigterm_stops_a_trial_that_traps_sigterm(tmp_path):
+    import signal
+
+    process = _start_tune(tmp_path, _TRAPPING)
+    try:
+        child = _child_pid(tmp_path)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert _wait_for(lambda: not _alive(child), 5.0)
+
+
+def test_a_second_tune_into_the_same_directory_is_refused_naming_the_first(tmp_path, capsys):
+    import signal
+
+    process = _start_tune(tmp_path, _TRAPPING)
+    try:
+        _child_pid(tmp_path)
+        code = main(["tune", "--command", _TRAPPING, "--num-classes", "3", "--candidates", "erm,mr2-paper-c1",
+                     "--seeds", "2", "--confirm-seeds", "2", "--output-dir", str(tmp_path), "--name", "s"])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.strip() == ("mr2 tune: error: " + TUNE_LOCKED.format(path=tmp_path / "s", pid=process.pid))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+
+
+def test_a_trial_over_the_timeout_fails_and_its_candidate_is_ruled_out(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "mr2-paper-c1:hang")
+    out_dir = tmp_path / "out"
+    assert main(_args(out_dir, "--trial-timeout", "2")) == 0
+    record = json.loads((out_dir / "c" / "recommendation.json").read_text())
+    log = out_dir / "c" / "trials" / "selection" / "mr2-paper-c1" / "seed=0" / "train.log"
+    assert record["failed"]["mr2-paper-c1"]["reason"].startswith(
+        TIMED_OUT.format(trial="selection/mr2-paper-c1@0", seconds=2, log=log))
+    assert "--trial-timeout" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    ("python t.py --loss-json '{loss}' --seed {seed} --out {out}", QUOTED_PLACEHOLDER.format(name="loss")),
+    ('python t.py --loss-json {loss} --seed {seed} --out "{out}"', QUOTED_PLACEHOLDER.format(name="out")),
+    ("python t.py {loss} {seed:>2000000000} {out}", FORMAT_SPEC.format(shown="{seed:>2000000000}", name="seed")),
+    ("python t.py {loss!r} {seed} {out}", FORMAT_SPEC.format(shown="{loss!r}", name="loss")),
+], ids=["single-quoted-loss", "double-quoted-out", "format-spec", "conversion"])
+def test_quoted_placeholders_and_format_specs_are_refused_before_any_trial(tmp_path, capsys, command, message):
+    for dry in ((), ("--dry-run",)):
+        code = main(["tune", "--command", command, "--num-classes", "6", "--output-dir", str(tmp_path / "out"), *dry])
+        err = capsys.readouterr().err
+        assert code == 2 and err == f"mr2 tune: error: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_is_an_absolute_path_that_cannot_read_as_an_option(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    request = make_request(num_classes=K, candidates="quick", output_dir="-o", name="c")
+    source = command_source("t {loss} {seed} {out}", request)
+    trial = request.trial("selection", "erm", 0)
+    assert source.command(trial).endswith(f" {tmp_path}/-o/c/trials/selection/erm/seed=0/output")

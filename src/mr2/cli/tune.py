@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launcher-option", dest="launcher_options", action="append", default=[],
                         metavar="KEY=VALUE", help="a launcher key, e.g. partition=gpu (repeatable; see "
                         "docs/cluster.md)")
+    parser.add_argument("--trial-timeout", type=float, metavar="SECONDS",
+                        help="with --command: a trial running longer is stopped and FAILS (its candidate is "
+                        "ruled out; default: no limit)")
     parser.add_argument("--dry-run", action="store_true", help="print the rule and the runs; train nothing")
 
 
@@ -117,7 +120,8 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
     from mr2.tune.engine_source import engine_source
     from mr2.tune.request import make_request
 
-    for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names)):
+    for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names),
+                        ("--trial-timeout", args.trial_timeout)):
         if value is not None:
             raise TuneInputError(_COMMAND_ONLY.format(flag=flag))
     config = load_config(args.config, args.overrides)
@@ -163,7 +167,8 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
         num_classes=args.num_classes, candidates=args.candidates, seeds=args.seeds,
         confirm_seeds=args.confirm_seeds, criterion=args.criterion, output_dir=args.output_dir or "runs",
         name=args.name or "tune", class_names=names)
-    source = command_source(args.command, request, workers=workers, launcher=_launcher(args))
+    source = command_source(args.command, request, workers=workers, launcher=_launcher(args),
+                            timeout=args.trial_timeout)
     if args.dry_run:
         from mr2.tune.driver import describe
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shlex
 import signal
 import string
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -34,6 +36,7 @@ from typing import Any, TextIO
 from mr2.report.exceptions import PredictionsError
 from mr2.report.limits import DEFAULT_MAX_CLASSES
 from mr2.report.predictions import NOT_FINITE, read_predictions
+from mr2.sweep.processes import start_subprocess
 from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult, run_stored_trials
@@ -65,6 +68,15 @@ UNKNOWN_PLACEHOLDER = (
     "--command has the unknown placeholder {{{name}}}; the placeholders are {{loss}}, {{seed}} and {{out}} "
     "(write a literal brace as {{{{ or }}}})"
 )
+FORMAT_SPEC = (
+    "--command writes {shown}: placeholders take no format spec or conversion; write {{{name}}} (mr2 "
+    "substitutes and shell-quotes it)"
+)
+BAD_TIMEOUT = "--trial-timeout must be a number of seconds > 0; got {value}"
+QUOTED_PLACEHOLDER = (
+    "--command puts {{{name}}} in quotes; leave the placeholders unquoted: mr2 shell-quotes each value "
+    "itself (quotes around it would break the JSON of {{loss}} or a path with spaces)"
+)
 _BAD_TEMPLATE = "--command is not a valid template: {error} (write a literal brace as {{{{ or }}}})"
 _TOO_LONG = "--command is {length} characters long; at most {maximum}"
 EXIT_CODE = "trial {trial}: the command exited with code {code} (log: {log})"
@@ -75,6 +87,13 @@ NO_PREDICTIONS = (
 )
 _BAD_PREDICTIONS = "trial {trial}: {error} (log: {log})"
 _STOPPED = "trial {trial} was not started: tune is stopping"
+TIMED_OUT = (
+    "trial {trial}: the command ran longer than --trial-timeout {seconds:g} s and was stopped (log: {log})"
+)
+#: The trial's process-group leader (run as a script: standard library only).
+TRIAL_PROCESS = str(Path(__file__).with_name("trial_process.py"))
+#: Seconds between SIGTERM and SIGKILL when a trial command is stopped (tune stopped, or died).
+STOP_GRACE = 2.0
 
 
 _NON_FINITE_PART = NOT_FINITE.split("{count}")[1].split("(")[0]  # " non-finite value"
@@ -108,12 +127,23 @@ def check_command(template: str) -> str:
     if len(template) > MAX_COMMAND_LENGTH:
         raise TuneInputError(_TOO_LONG.format(length=len(template), maximum=MAX_COMMAND_LENGTH))
     try:
-        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        parsed = list(string.Formatter().parse(template))
     except ValueError as error:
         raise TuneInputError(_BAD_TEMPLATE.format(error=error)) from None
+    fields = [name for _, name, _, _ in parsed if name is not None]
     for name in fields:
         if name not in PLACEHOLDERS:
             raise TuneInputError(UNKNOWN_PLACEHOLDER.format(name=name[:40]))
+    for index, (_, field, spec, conversion) in enumerate(parsed):
+        if field is None:
+            continue
+        if spec or conversion:
+            extra = (f"!{conversion}" if conversion else "") + (f":{spec[:20]}" if spec else "")
+            raise TuneInputError(FORMAT_SPEC.format(shown="{" + field + extra + "}", name=field))
+        before = parsed[index][0][-1:]  # the text right before the placeholder, and right after it
+        after = parsed[index + 1][0][:1] if index + 1 < len(parsed) else ""
+        if before in ("'", '"') or after in ("'", '"'):
+            raise TuneInputError(QUOTED_PLACEHOLDER.format(name=field))
     missing = [f"{{{name}}}" for name in PLACEHOLDERS if name not in fields]
     if missing:
         raise TuneInputError(MISSING_PLACEHOLDER.format(names=" or ".join(missing)))
@@ -126,7 +156,7 @@ _LOCK = threading.Lock()
 _STOPPING = threading.Event()
 
 
-def stop_commands(grace: float = 5.0) -> int:
+def stop_commands(grace: float = STOP_GRACE) -> int:
     """Stop every trial command this process started and is still waiting for: SIGTERM to each
     command's process group (the shell and what it started), SIGKILL after ``grace`` seconds.
     Returns how many were running."""
@@ -143,16 +173,17 @@ def allow_commands() -> None:
 
 
 def _stop(running: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """SIGTERM to each command's process group; SIGKILL to the group after ``grace`` seconds whatever
+    still runs in it (the shell may be gone while a child that traps SIGTERM lives on)."""
     for process in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     for process in running:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -165,12 +196,14 @@ class CommandSource:
         store: where the trials are kept.
         workers: trials in parallel (each its own command).
         executor: None: a thread per running trial here; a submitit executor: each trial a Slurm job.
+        timeout: seconds a trial may run before it is stopped and FAILS (None: no limit).
     """
 
     template: str
     store: TrialStore
     workers: int = 1
     executor: Any = None
+    timeout: float | None = None
     kind: str = "command"
 
     def record(self) -> dict[str, Any]:
@@ -201,7 +234,7 @@ class CommandSource:
     def command(self, trial: Trial) -> str:
         """The command line of one trial."""
         spec = json.dumps(trial.candidate.loss_spec(), separators=(",", ":"))
-        out = self.store.path(trial) / OUTPUT_DIR
+        out = (self.store.path(trial) / OUTPUT_DIR).absolute()  # absolute: it cannot read as an option
         return self.template.format(loss=shlex.quote(spec), seed=trial.seed, out=shlex.quote(str(out)))
 
     def log(self, trial: Trial) -> Path:
@@ -227,16 +260,20 @@ class CommandSource:
                 if _STOPPING.is_set():
                     raise TrialError(_STOPPED.format(trial=trial.name))
                 try:
-                    process = subprocess.Popen(["/bin/sh", "-c", command], stdout=handle,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                               start_new_session=True)
+                    # The group's leader takes the group down with tune (module docstring).
+                    process = start_subprocess([sys.executable, TRIAL_PROCESS, str(STOP_GRACE), command],
+                                               stdout=handle, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, env=env)
                 except OSError as error:
                     raise TrialFailed(_NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
                 _RUNNING.add(process)
             try:
-                code = process.wait()
+                code = process.wait(self.timeout)
+            except subprocess.TimeoutExpired:
+                _stop([process], STOP_GRACE)
+                raise TrialFailed(TIMED_OUT.format(trial=trial.name, seconds=self.timeout, log=log)) from None
             except BaseException:  # interrupted while waiting (Ctrl-C, SIGTERM): stop the command too
-                _stop([process], 5.0)
+                _stop([process], STOP_GRACE)
                 raise
             finally:
                 with _LOCK:
@@ -260,7 +297,7 @@ class CommandSource:
 
 
 def command_source(template: str, request: TuneRequest, *, workers: int = 1,
-                   launcher: dict[str, Any] | None = None) -> CommandSource:
+                   launcher: dict[str, Any] | None = None, timeout: float | None = None) -> CommandSource:
     """The command source of a tune, checked: the template, and the launcher (``slurm``: each trial a
     submitit job, its files under ``<tune>/submitit/``).
 
@@ -269,8 +306,10 @@ def command_source(template: str, request: TuneRequest, *, workers: int = 1,
         mr2.config.ConfigError: a bad launcher mapping, or Slurm's commands missing.
     """
     assert request.num_classes is not None
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise TuneInputError(BAD_TIMEOUT.format(value=timeout))
     source = CommandSource(check_command(template), TrialStore(request.directory, request.num_classes),
-                           workers=workers)
+                           workers=workers, timeout=timeout)
     if launcher is not None:
         from mr2.sweep.launcher import check_launcher_available, launcher_from_dict
 

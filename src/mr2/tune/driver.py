@@ -36,8 +36,10 @@ from mr2.report.run_dir import RunRecord
 from mr2.report.settings import ReportSettings
 from mr2.report.tables import comparison_markdown
 from mr2.report.writer import ReportOutput, write_report
+from mr2.rundir.lock import RunLock, RunLockedError, lock_holder
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
 from mr2.tune.design import Advice
+from mr2.tune.errors import TuneInputError
 from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
 from mr2.tune.selection import Choice, ValidationFigures, rule_text, split_halves
@@ -49,6 +51,10 @@ from mr2.tune.verdict import Verdict, seed_figures
 __all__ = ["TuneResult", "describe", "run_tune"]
 
 _BAD_REPORT = "the confirmation report could not be written: {error}"
+TUNE_LOCKED = (
+    "tune directory {path} is in use by process {pid} (another mr2 tune into it); wait for it to end or "
+    "stop it, or give this tune another --name or --output-dir"
+)
 _TIERS_RANKED_BY = (
     "ERM's selection runs (mean per-class validation accuracy over all validation samples), fixed before "
     "the confirmation: the verdict's tiers"
@@ -281,6 +287,35 @@ def run_tune(request: TuneRequest, source: TrialSource, *, stream: TextIO | None
             between trials); the finished trials are kept and reused by the next call.
     """
     out = stream if stream is not None else sys.stdout
+    lock = _lock(request, source)
+    try:
+        return _run_tune(request, source, out)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _lock(request: TuneRequest, source: TrialSource) -> RunLock | None:
+    """One owner for a tune directory whose trials the source stores itself (your function or
+    command): a second tune into it is refused, naming the first one's process; the engine's runs
+    have a lock each (mr2's run directories), so two engine tunes share the work instead.
+
+    Raises:
+        TuneInputError: another process holds the directory.
+    """
+    if source.kind == "engine":
+        return None
+    request.directory.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(request.directory)
+    try:
+        return lock.acquire()
+    except RunLockedError:
+        holder = lock_holder(request.directory)
+        raise TuneInputError(TUNE_LOCKED.format(path=request.directory,
+                                                pid="?" if holder is None else holder)) from None
+
+
+def _run_tune(request: TuneRequest, source: TrialSource, out: TextIO) -> TuneResult:
     run = _Run(request, source, out)
     print(describe(request, source), file=out, flush=True)
     print("\n== selection (validation split only)", file=out, flush=True)
