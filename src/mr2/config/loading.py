@@ -9,6 +9,7 @@ the file and the line:
 - no key given twice in one mapping (YAML would silently keep the last);
 - at most :data:`MAX_NESTING` levels of nested mappings and lists;
 - at most :data:`MAX_CONFIG_BYTES` bytes of UTF-8 text;
+- no integer of more than :data:`MAX_INTEGER_DIGITS` digits (Python's ``int()`` refuses them);
 - the top level of a file is a mapping (an empty file is an empty mapping).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,9 @@ __all__ = [
 MAX_CONFIG_BYTES = 1 << 20
 #: Deepest nesting of mappings and lists in user YAML.
 MAX_NESTING = 50
+#: Most digits of an integer in user YAML: Python's limit on converting text to int
+#: (``sys.get_int_max_str_digits()``); no setting needs one near it.
+MAX_INTEGER_DIGITS = 4300
 
 _MISSING_FILE = "config file {path} does not exist."
 _NOT_A_FILE = "config file {path} is not a file; give a YAML file."
@@ -56,6 +61,10 @@ _AT_LINE = "config file {path}, line {line}: {problem}"
 _ALIAS = "YAML anchors and aliases ({token}) are not supported; write the value out in full"
 _DUPLICATE_KEY = "key {key!r} is given twice in the same mapping (the first value would be ignored); keep one"
 _TOO_DEEP = "nested deeper than {limit} levels"
+INTEGER_TOO_LONG = (
+    "an integer of {digits} digits, more than the {limit} Python converts; no setting needs one this large"
+)
+_INTEGER_TEXT = re.compile(r"[-+]?[0-9][0-9_]*")
 _UNHASHABLE_KEY = "a mapping key must be a scalar (text or number); got a {kind}"
 
 
@@ -110,6 +119,12 @@ def _check_events(text: str) -> None:
                     raise _Refused(_TOO_DEEP.format(limit=MAX_NESTING), event.start_mark)
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
+            elif isinstance(event, yaml.ScalarEvent) and not event.style:  # plain ("" in libyaml): an int?
+                digits = len(event.value) - event.value.count("_") - (event.value[:1] in "+-")
+                if digits > MAX_INTEGER_DIGITS and _INTEGER_TEXT.fullmatch(event.value):
+                    raise _Refused(
+                        INTEGER_TOO_LONG.format(digits=digits, limit=MAX_INTEGER_DIGITS), event.start_mark
+                    )
     finally:
         loader.dispose()
 
@@ -212,7 +227,8 @@ def apply_overrides(
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(_BAD_OVERRIDE.format(item=item))
-        value = parse_yaml(raw, f"override {item!r}") if raw.strip() else None
+        shown = item if len(item) <= 80 else item[:60] + f"... ({len(item)} characters)"
+        value = parse_yaml(raw, f"override {shown!r}") if raw.strip() else None
         try:
             set_dotted(result, key.strip(), value)
         except DottedPathError as error:
