@@ -98,7 +98,7 @@ def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing
     request = make_request(num_classes=K, candidates="quick", seeds=2, confirm_seeds=2, output_dir=tmp_path / "out",
                            name="c")
     plan = request.plan()
-    assert (f"trainings: {plan.expected_trainings()} expected (by simulation), at most {plan.max_trainings()}"
+    assert (f"trainings: {plan.expected_trainings():.1f} expected (by simulation), at most {plan.max_trainings()}"
             in printed)
     command = "--loss-json '{\"method\":\"mr2\",\"options\":{\"variant\":\"paper\",\"c_bar\":1.0}}' --seed 1"
     assert printed.count(command) == 1  # each trial's command once

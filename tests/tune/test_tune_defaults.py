@@ -87,13 +87,13 @@ def test_dry_run_prints_a_measured_time_estimate_and_writes_nothing(tmp_path: Pa
     plan = make_request(output_dir=out, name="t", candidates="quick", losses_only=False).plan()
     expected, most = plan.expected_trainings(), plan.max_trainings()
     assert most > len(plan.next_round()) >= 4 * 2 and expected <= most  # at least 2 seeds each, and more
-    assert f"trainings: {expected} expected (by simulation), at most {most}; " in printed
+    assert f"trainings: {expected:.1f} expected (by simulation), at most {most}; " in printed
     first = plan.trainings  # the first round's trials, every one still to run
     assert f"first round ({first} trials):" in printed and printed.count(" to run\n") == first
     lines = [line for line in printed.splitlines() if line.startswith("time estimate: ")]
     assert len(lines) == 1
     match = re.fullmatch(
-        rf"time estimate: about (.+) for the {expected} trainings expected and at most (.+) for the {most} "
+        rf"time estimate: about (.+) for the {expected:.1f} trainings expected and at most (.+) for the {most} "
         r"the plan may run \(2 at a time, each 3 epochs x (\d+) steps x ([0-9.]+) s per step, measured: 5 steps "
         r"of ERM with this configuration's model and data on cpu, 1 thread; not included: evaluation, "
         r"start-up and the candidates' extra cost per step over ERM\)",

@@ -37,6 +37,7 @@ from mr2.tune.request import (
     make_request,
 )
 from mr2.tune.selection import Choice, ValidationFigures
+from mr2.tune.text import choice_explanation
 from mr2.tune.verdict import seed_figures
 
 #: Fields of final.json that describe the test split (everything but the validation section and the
@@ -168,7 +169,7 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     assert record["criterion"] == "hard_tier" and record["mr2_version"] and record["candidate_set"] == "quick"
     assert record["source"] == {"kind": "engine"} and record["num_classes"] == NUM_CLASSES
     assert record["base_config"]["optim"]["lr"] == 0.05
-    assert choice.explanation in out
+    assert choice_explanation(choice) in out
     # The advice is the plan's, replayed on the same predictions; the record keeps adopt, use and chosen apart.
     advice = plan.advice()
     assert record["advice"] == _json(advice.to_dict())

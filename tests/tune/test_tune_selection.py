@@ -23,6 +23,7 @@ from mr2.tune.selection import (
     choose,
     split_halves,
 )
+from mr2.tune.text import choice_explanation
 
 
 def _figures(label: str, seed: int, per_class: list[float]) -> ValidationFigures:
@@ -100,10 +101,10 @@ def test_erm_is_the_answer_when_nothing_beats_it_by_its_standard_error():
     close = [_figures("m", 0, [0.9, 0.8, 0.53]), _figures("m", 1, [0.9, 0.8, 0.54])]  # +0.015 only
     choice = choose({"erm": erm, "m": close})
     assert choice.recommended == "erm" and choice.best == "m" and choice.is_reference
-    assert choice.explanation.startswith(
+    assert choice_explanation(choice).startswith(
         "No candidate beats ERM's validation hard-tier accuracy by more than its seed standard error"
     )
-    assert "the recommendation is ERM, plain cross-entropy." in choice.explanation
+    assert "the recommendation is ERM, plain cross-entropy." in choice_explanation(choice)
     better = [_figures("m", 0, [0.9, 0.8, 0.57]), _figures("m", 1, [0.9, 0.8, 0.58])]  # +0.055
     assert choose({"erm": erm, "m": better}).recommended == "m"
 
@@ -328,7 +329,7 @@ def test_a_candidate_missing_a_selection_seed_is_not_eligible_and_says_which():
     assert choice.score("m").missing_seeds == [1]
     assert choice.to_dict()["missing_seeds"] == {"m": [1]}
     assert choice.to_dict()["candidates"][1]["not_eligible_because"] == "misses selection seed(s) [1]"
-    assert "m is not eligible: it misses selection seed(s) [1]." in choice.explanation
+    assert "m is not eligible: it misses selection seed(s) [1]." in choice_explanation(choice)
 
 
 def test_a_candidate_with_one_run_is_never_recommended():
@@ -425,7 +426,7 @@ def test_erm_missing_a_seed_is_said_and_a_seed_outside_the_selection_is_refused(
     choice = choose(runs, seeds=[0, 1, 2])
     assert choice.score("erm").missing_seeds == [1] and choice.score("m").eligible
     assert choice.score("m").missing_seeds == [] and choice.score("m").reason == ""
-    assert "ERM misses selection seed(s) [1]: its figures are over 2 seeds." in choice.explanation
+    assert "ERM misses selection seed(s) [1]: its figures are over 2 seeds." in choice_explanation(choice)
     assert choice.to_dict()["seeds"] == [0, 1, 2] and "seeds" not in choose(runs).to_dict()
     with pytest.raises(TuneSelectionError) as error:
         choose(runs, seeds=[0, 2])

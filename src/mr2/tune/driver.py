@@ -44,7 +44,7 @@ from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
 from mr2.tune.selection import Choice, ValidationFigures, rule_text, split_halves
 from mr2.tune.source import TrialResult, TrialSource, format_seconds
-from mr2.tune.text import advice_text, choice_text, design_text, early_size_warning
+from mr2.tune.text import advice_text, choice_explanation, choice_text, design_text, early_size_warning
 from mr2.tune.trials import Trial
 from mr2.tune.verdict import Verdict, seed_figures
 
@@ -121,8 +121,9 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
         "",
         "Design: " + textwrap.fill(design_text(request.design), 100, subsequent_indent="  "),
         "",
-        f"trainings: {plan.expected_trainings()} expected (by simulation), at most {plan.max_trainings()}; "
-        f"selection seeds from {request.seeds}, confirmation seeds from {request.confirm_seeds}",
+        f"trainings: {plan.expected_trainings():.1f} expected (by simulation), at most "
+        f"{plan.max_trainings()}; selection seeds from {request.seeds}, confirmation seeds from "
+        f"{request.confirm_seeds}",
     ]
     if source.kind != "engine" and request.candidate_set in CANDIDATE_SETS:
         engine_only = [c.label for c in candidates(request.candidate_set) if not c.is_loss]
@@ -351,7 +352,8 @@ def _run_tune(request: TuneRequest, source: TrialSource, out: TextIO) -> TuneRes
         source={k: v for k, v in source_record.items() if k != "base_config"},
         num_classes=run.num_classes,
         selection={"seeds": request.seeds, "split": "validation",
-                   **({} if choice is None else choice.to_dict())},
+                   **({} if choice is None else {**choice.to_dict(),
+                                                 "explanation": choice_explanation(choice)})},
         failed=run.failed,
         confirmation={"seeds": confirmation_seeds, "split": "test",
                       "report": None if report_dir is None else str(report_dir / "report.json"),

@@ -102,14 +102,14 @@ def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> S
         torch.set_num_threads(previous)
 
 
-def estimate_text(timing: StepTiming, epochs: int, expected_runs: int, max_runs: int, workers: int) -> str:
+def estimate_text(timing: StepTiming, epochs: int, expected_runs: float, max_runs: int, workers: int) -> str:
     """The dry run's one-line time estimate from a measured step.
 
     Example:
         >>> timing = StepTiming(0.01, 100, 1, "cpu", 5)
-        >>> text = estimate_text(timing, epochs=3, expected_runs=12, max_runs=18, workers=2)
+        >>> text = estimate_text(timing, epochs=3, expected_runs=12.0, max_runs=18, workers=2)
         >>> print(text)  # doctest: +NORMALIZE_WHITESPACE
-        time estimate: about 18 s for the 12 trainings expected and at most 27 s for the 18 the plan may
+        time estimate: about 18 s for the 12.0 trainings expected and at most 27 s for the 18 the plan may
         run (2 at a time, each 3 epochs x 100 steps x 0.0100 s per step, measured: 5 steps of ERM with
         this configuration's model and data on cpu, 1 thread; not included: evaluation, start-up and
         the candidates' extra cost per step over ERM)
@@ -119,8 +119,8 @@ def estimate_text(timing: StepTiming, epochs: int, expected_runs: int, max_runs:
     most = math.ceil(max_runs / workers) * per_run
     threads = f"{timing.threads} thread{'s' if timing.threads != 1 else ''}"
     return (
-        f"time estimate: about {format_duration(expected)} for the {expected_runs} trainings expected and "
-        f"at most {format_duration(most)} for the {max_runs} the plan may run ({workers} at a time, each "
+        f"time estimate: about {format_duration(expected)} for the {expected_runs:.1f} trainings expected "
+        f"and at most {format_duration(most)} for the {max_runs} the plan may run ({workers} at a time, each "
         f"{epochs} epochs x {timing.steps_per_epoch} steps x {timing.seconds_per_step:.4f} s per step, "
         f"measured: {timing.steps} steps of ERM with this configuration's model and data on "
         f"{timing.device}, {threads}; not included: evaluation, start-up and the candidates' extra cost "

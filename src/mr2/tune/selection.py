@@ -64,7 +64,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -377,7 +376,6 @@ class Choice:
         best: the best eligible non-reference candidate (None if there is none).
         margin: how much the best one's score beats ERM's (NaN without one).
         threshold: what it had to beat (ERM's seed standard error of the score).
-        explanation: the outcome in plain sentences.
         tier_rule: ``split_half`` or ``same_samples`` (see the module docstring); "" unless
             ``hard_tier``.
         split_tiers: ``[tiers ranked on half A, tiers ranked on half B]`` (split-half rule only).
@@ -395,7 +393,6 @@ class Choice:
     best: str | None = None
     margin: float = math.nan
     threshold: float = math.nan
-    explanation: str = ""
     tier_rule: str = ""
     split_tiers: list[list[int]] = field(default_factory=list)
     samples_per_class: tuple[int, float] | None = None
@@ -428,7 +425,6 @@ class Choice:
             "best_other": self.best,
             "margin": _clean(self.margin),
             "threshold": _clean(self.threshold),
-            "explanation": self.explanation,
             "tier_rule": self.tier_rule or None,
             "hard_tier_classes": self.hard_classes,
             "tiers": self.tiers,
@@ -643,51 +639,18 @@ def choose(
         score.eligible = not score.reason
     choice.samples_per_class = samples
     choice.threshold = erm_score.se
-    _explain(choice, erm_score)
+    _decide(choice, erm_score)
     return choice
 
 
-def _explain(choice: Choice, erm_score: CandidateScore) -> None:
-    ref = choice.reference.upper()
-    name = _SCORE_NAMES[choice.criterion]
-    excluded = [s for s in choice.scores if s.label != choice.reference and s.missing_seeds]
-    missing = "".join(
-        f" {s.label} is not eligible: it misses selection seed(s) {s.missing_seeds}." for s in excluded
-    )
-    if erm_score.missing_seeds:
-        missing += (f" {ref} misses selection seed(s) {erm_score.missing_seeds}: its figures are over "
-                    f"{len(erm_score.runs)} seeds.")
+def _decide(choice: Choice, erm_score: CandidateScore) -> None:
+    """Step 5 of the rule: the best eligible candidate, its margin over ERM, and the recommendation
+    (the wording is :func:`mr2.tune.text.choice_explanation`'s)."""
     eligible = [s for s in choice.scores if s.label != choice.reference and s.eligible]
     if not eligible:
-        choice.explanation = (
-            f"No candidate is eligible (each misses a selection seed, has fewer than 2 runs, or loses "
-            f"more than one standard error of {ref}'s validation overall accuracy): the recommendation "
-            f"is {ref}.{missing}"
-        )
         return
     best = max(eligible, key=lambda s: (s.mean, -choice.scores.index(s)))
     choice.best = best.label
     choice.margin = best.mean - erm_score.mean
-    points = f"{100 * choice.margin:+.2f} points vs a seed standard error of {100 * choice.threshold:.2f}"
     if choice.margin > choice.threshold:
         choice.recommended = best.label
-        choice.explanation = (
-            f"{best.label} has the best {name} ({100 * best.mean:.2f}% vs {ref}'s "
-            f"{100 * erm_score.mean:.2f}%, {points}): it is recommended.{missing}"
-        )
-    else:
-        choice.explanation = (
-            f"No candidate beats {ref}'s {name} by more than its seed standard error "
-            f"(best: {best.label}, {points}): the recommendation is {ref}, plain "
-            f"cross-entropy.{missing}"
-        )
-
-
-def read_candidate_runs(groups: Mapping[str, Sequence[Path]]) -> dict[str, list[ValidationFigures]]:
-    """Label -> validation figures of its finished runs (run directories without final.json skipped)."""
-    from mr2.rundir import RunDirectory
-
-    return {
-        label: [read_validation(path) for path in paths if RunDirectory(path).is_finished]
-        for label, paths in groups.items()
-    }

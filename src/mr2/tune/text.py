@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ERM_AT_FIRST_USE",
     "advice_text",
+    "choice_explanation",
     "choice_table",
     "choice_text",
     "design_text",
@@ -116,6 +117,38 @@ def _size_line(choice: Choice) -> str:
     return f"Validation samples per class {where}: min {low}, median {median:g}."
 
 
+def choice_explanation(choice: Choice) -> str:
+    """The selection's outcome in plain sentences (recorded as ``selection.explanation``)."""
+    ref = choice.reference.upper()
+    name = _COLUMN[choice.criterion]
+    erm_score = choice.score(choice.reference)
+    excluded = [s for s in choice.scores if s.label != choice.reference and s.missing_seeds]
+    missing = "".join(
+        f" {s.label} is not eligible: it misses selection seed(s) {s.missing_seeds}." for s in excluded
+    )
+    if erm_score.missing_seeds:
+        missing += (f" {ref} misses selection seed(s) {erm_score.missing_seeds}: its figures are over "
+                    f"{len(erm_score.runs)} seeds.")
+    if choice.best is None:
+        return (
+            f"No candidate is eligible (each misses a selection seed, has fewer than 2 runs, or loses "
+            f"more than one standard error of {ref}'s validation overall accuracy): the recommendation "
+            f"is {ref}.{missing}"
+        )
+    best = choice.score(choice.best)
+    points = f"{100 * choice.margin:+.2f} points vs a seed standard error of {100 * choice.threshold:.2f}"
+    if choice.recommended == choice.best:
+        return (
+            f"{best.label} has the best {name} ({100 * best.mean:.2f}% vs {ref}'s "
+            f"{100 * erm_score.mean:.2f}%, {points}): it is recommended.{missing}"
+        )
+    return (
+        f"No candidate beats {ref}'s {name} by more than its seed standard error "
+        f"(best: {best.label}, {points}): the recommendation is {ref}, plain "
+        f"cross-entropy.{missing}"
+    )
+
+
 def choice_text(choice: Choice) -> str:
     """The table, the tier rule applied, the validation size (and its warning) and the outcome.
 
@@ -143,7 +176,7 @@ def choice_text(choice: Choice) -> str:
     warning = size_warning(choice)
     if warning:
         parts.append(warning)
-    parts += ["", choice.explanation]
+    parts += ["", choice_explanation(choice)]
     return "\n".join(parts)
 
 
@@ -198,7 +231,7 @@ def design_text(design: Design) -> str:
 
     Example:
         >>> from mr2.tune.design import Design
-        >>> design_text(Design(gate="margin")).split(". ")[0]
+        >>> design_text(Design(gate="margin")).split(";")[0]
         'Selection: every candidate on every selection seed'
     """
     if design.selection_looks is None:
