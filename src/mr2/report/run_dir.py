@@ -29,7 +29,7 @@ from mr2.report.accuracy import confusion_accuracy
 from mr2.report.exceptions import ReportError, RunDirectoryError
 from mr2.report.validation import validate_confusion
 from mr2.rundir import RunDirectory
-from mr2.rundir.layout import FILE_UNREADABLE
+from mr2.rundir.layout import FILE_UNREADABLE, JSON_TOO_DEEP
 from mr2.rundir.record import FIELD_INVALID, Matrix, PerClass
 
 __all__ = ["RunRecord", "check_comparable", "first_difference", "load_run", "load_runs"]
@@ -174,6 +174,10 @@ def _read_metrics(files: RunDirectory) -> list[dict[str, Any]]:
             raise RunDirectoryError(
                 _METRICS_LINE_INVALID.format(path=files.path, line=number, error=error)
             ) from error
+        except RecursionError:
+            raise RunDirectoryError(
+                _METRICS_LINE_INVALID.format(path=files.path, line=number, error=JSON_TOO_DEEP)
+            ) from None
         if not isinstance(record, dict):
             raise RunDirectoryError(
                 _METRICS_LINE_INVALID.format(path=files.path, line=number, error=type(record).__name__)

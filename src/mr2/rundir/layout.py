@@ -49,6 +49,7 @@ __all__ = [
     "CONFIG_MISSING",
     "DANGLING_LINK",
     "FILE_UNREADABLE",
+    "JSON_TOO_DEEP",
     "NOT_A_RUN_DIRECTORY",
     "NOT_WRITABLE",
     "NOT_WRITTEN_BY_TRAIN",
@@ -126,6 +127,8 @@ RUN_UNFINISHED = (
     "{path} has no final.json: the run is unfinished, still running or crashed; wait for it to end "
     "or resume it from checkpoints/last.pt, then report again"
 )
+#: ``{error}`` of :data:`FILE_UNREADABLE` for JSON nested past Python's recursion limit.
+JSON_TOO_DEEP = "its JSON is nested too deep to parse (a run record is a few levels deep)"
 FILE_UNREADABLE = (
     "{file} in {path} cannot be parsed ({error}); the file is corrupt or half-written: re-run the "
     "final evaluation of this run (or remove it from the report)"
@@ -350,6 +353,10 @@ class RunDirectory:
             raise RunDirectoryError(
                 FILE_UNREADABLE.format(file=self.final.name, path=self.path, error=error)
             ) from error
+        except RecursionError:
+            raise RunDirectoryError(
+                FILE_UNREADABLE.format(file=self.final.name, path=self.path, error=JSON_TOO_DEEP)
+            ) from None
         return FinalRecord.from_dict(data, self.path)
 
     def write_final(self, record: FinalRecord) -> None:
@@ -452,7 +459,7 @@ class RunDirectory:
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(record, dict):
                 records.append(record)
