@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -204,3 +205,13 @@ def test_a_single_npy_under_npz_is_refused_without_loading(tmp_path: Path) -> No
     pickled.write_bytes(pickle.dumps({"y_true": [0]}))
     with pytest.raises(PredictionsError, match="cannot be read"):
         read_predictions(pickled)
+
+
+def test_a_fifo_is_not_reported_as_missing(tmp_path: Path) -> None:
+    # os.path.isfile is False for a FIFO: it used to be reported as "does not exist" (and np.load
+    # or torch.load would block on it).
+    fifo = tmp_path / "preds.npz"
+    os.mkfifo(fifo)
+    with pytest.raises(PredictionsError) as caught:
+        read_predictions(fifo)
+    assert str(caught.value) == predictions_module.NOT_A_REGULAR_FILE.format(path=fifo, kind="a FIFO (named pipe)")

@@ -42,6 +42,7 @@ import math
 import os
 import pickle
 import re
+import stat
 import unicodedata
 import warnings
 import zipfile
@@ -71,6 +72,9 @@ __all__ = [
 _NO_FILES = "no predictions file given; pass at least one .npz, .pt or .csv file"
 FILE_NOT_FOUND = "predictions file {path} does not exist"
 _NOT_A_FILE = "predictions file {path} is a directory, not a file; give the .npz, .pt or .csv file itself"
+NOT_A_REGULAR_FILE = (
+    "predictions file {path} is {kind}, not a regular file; save the predictions to a .npz, .pt or .csv file"
+)
 FORMAT_UNKNOWN = (
     "predictions file {path} has suffix {suffix!r}; use .npz (numpy.savez), .pt (torch.save of a "
     "dict) or .csv"
@@ -713,6 +717,23 @@ def _read_csv(path: Path, max_classes: int, max_array_bytes: int) -> Predictions
     return _build(path, {"y_true": y_true, "logits": scores}, max_classes, names)
 
 
+def _special_file_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists but is no regular file (a FIFO, a socket, a device), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
 def _check_max_classes(max_classes: object) -> int:
     if not is_int(max_classes) or max_classes < 1:
         raise PredictionsError(MAX_CLASSES_INVALID.format(value=max_classes))
@@ -750,6 +771,9 @@ def read_predictions(
     if os.path.isdir(path):
         raise PredictionsError(_NOT_A_FILE.format(path=path))
     if not os.path.isfile(path):  # os.path: False (not an error) for a NUL byte or a too-long name
+        kind = _special_file_kind(path)
+        if kind is not None:
+            raise PredictionsError(NOT_A_REGULAR_FILE.format(path=path, kind=kind))
         raise PredictionsError(FILE_NOT_FOUND.format(path=path))
     if path.suffix not in _SUFFIXES:
         raise PredictionsError(FORMAT_UNKNOWN.format(path=path, suffix=path.suffix))

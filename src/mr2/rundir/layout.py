@@ -110,6 +110,12 @@ OVERWRITE_IN_PROGRESS = (
     "until the new run writes its first checkpoint (and put back if the new run fails first); wait "
     "for that process to end (or stop it: kill {pid}), then try again"
 )
+#: :data:`OVERWRITE_IN_PROGRESS` when the lock file names no pid.
+OVERWRITE_IN_PROGRESS_NO_PID = (
+    "run directory {path} is being overwritten by another process (its lock file names no pid): the "
+    "previous run is kept in {staged} until the new run writes its first checkpoint (and put back if "
+    "the new run fails first); wait for that process to end, then try again"
+)
 OVERWRITE_NOT_RESTORED = (
     "{path} holds an interrupted --overwrite: the previous run is in {staged} and could not be put "
     "back ({error}); make {path} writable and try again, or restore it by hand: delete the other "
@@ -614,9 +620,11 @@ class RunDirectory:
                 self._lock.acquire()
             self.recover()
         except RunLockedError:
-            raise RunDirectoryError(OVERWRITE_IN_PROGRESS.format(
-                path=self.path, pid=self.holder() or "unknown", staged=self.overwritten
-            )) from None
+            pid = self.holder()
+            message = OVERWRITE_IN_PROGRESS if pid is not None and pid > 0 else OVERWRITE_IN_PROGRESS_NO_PID
+            raise RunDirectoryError(
+                message.format(path=self.path, pid=pid, staged=self.overwritten)
+            ) from None
         except OSError as error:
             raise RunDirectoryError(OVERWRITE_NOT_RESTORED.format(
                 path=self.path, staged=self.overwritten, error=error.strerror or error

@@ -26,6 +26,13 @@ _RUN_LOCKED = (
     "run directory {path} is in use by process {pid} (a trainer or evaluation holds {lock}); wait "
     "for it to end or stop it (kill {pid}), then try again"
 )
+#: :data:`_RUN_LOCKED` when the lock file names no pid (a holder that has not written it yet, or a
+#: process other than mr2's that locked the file): "process unknown" and "kill unknown" said nothing.
+RUN_LOCKED_NO_PID = (
+    "run directory {path} is in use by another process: it holds {lock}, which names no pid (a "
+    "process of mr2 writes its pid there at once; another program may have locked the file); wait "
+    "for it to end (`fuser {lock}` names it), then try again"
+)
 _ATTEMPTS = 5
 _RETRY_SECONDS = 0.05
 
@@ -83,8 +90,9 @@ class RunLock:
                 if attempt + 1 == _ATTEMPTS:
                     os.close(fd)
                     pid = _read_pid(self.path)
+                    message = _RUN_LOCKED if pid.isdigit() else RUN_LOCKED_NO_PID
                     raise RunLockedError(
-                        _RUN_LOCKED.format(path=self.run_dir, pid=pid, lock=self.path)
+                        message.format(path=self.run_dir, pid=pid, lock=self.path)
                     ) from None
                 time.sleep(_RETRY_SECONDS)
         os.ftruncate(fd, 0)
@@ -115,7 +123,8 @@ class RunLock:
 
 
 def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
-    """The pid of the process holding ``run_dir``'s lock, or None when nobody holds it.
+    """The pid of the process holding ``run_dir``'s lock, or None when nobody holds it; -1 when it is
+    held but the file names no pid (say "another process", not "process -1").
 
     Read-only: it creates nothing (a directory without a lock file has no holder).
     """
