@@ -1,7 +1,8 @@
 """Fuzz-style test of the predictions reader: a few hundred generated bad inputs (wrong dtypes, NaN/Inf,
 huge and negative ids, ragged CSV rows, empty files, binary garbage, huge headers, mismatched lengths,
-bad npz keys, pickled object arrays, crafted array headers, bad class names and labels), each bad by
-construction, deterministic (seeded).
+bad npz keys, pickled object arrays, crafted array headers, bad class names and labels, compression
+bombs: DEFLATE members, deflated .pt archives, list bombs of shared references, lists nested past
+numpy's dimensions, long CSV cells), each bad by construction, deterministic (seeded).
 
 They run in a child process (tests/report/fuzz_predictions_worker.py) under ``RLIMIT_AS`` = its address
 space after importing torch (about 3 GB of mappings, little of it resident) plus 1.5 GB, with a timeout
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
+from helpers.bombs import write_deep_pt, write_zero_npz
 
 SEED = 22_08
 HEADROOM = 1536 * 2**20  # bytes above the child's address space after its imports
@@ -362,9 +365,40 @@ def cli_subset(c: Cases, rng: np.random.Generator) -> None:
     c.cli("max-classes-negative", [reads[0]["path"]], ["--max-classes", "-5"])
 
 
+def bombs(c: Cases) -> None:
+    """Small files declaring gigabytes: DEFLATE members (a valid archive of zeros, about 1,000 : 1),
+    a deflated torch.save archive, lists of shared references, lists nested past numpy's dimensions,
+    and a CSV whose one long cell would widen every cell of a fixed-width string array."""
+    for samples in (150_000_000, 70_000_000):
+        c.read(f"deflate-npz-{samples}", c.file(".npz", lambda p, n=samples: write_zero_npz(p, n)))
+    c.read("deflate-npz-logits", c.file(".npz", lambda p: write_zero_npz(p, 10**8, ("y_true", "logits"))))
+    plain = c.root / "plain.pt"
+    torch.save({"y_true": torch.zeros(2 * 10**8, dtype=torch.uint8), "y_pred": [0]}, plain)
+    packed = c.file(".pt", lambda p: _deflate(plain, p))
+    plain.unlink()
+    c.read("deflate-pt", packed)
+    for depth, width in ((3, 1000), (4, 200), (2, 50_000), (30, 2)):
+        value: Any = [0] * width
+        for _ in range(depth - 1):
+            value = [value] * width
+        c.read(f"list-bomb-{depth}x{width}", c.pt({"y_true": value, "y_pred": [0]}))
+    c.read("list-bomb-names", c.pt({"y_true": [0], "y_pred": [0], "class_names": [["a"] * 1000] * 10**6}))
+    for depth in (33, 1000, 100_000):
+        c.read(f"deep-list-{depth}", c.file(".pt", lambda p, d=depth: write_deep_pt(p, d)))
+    rows = "".join("0,0\n" for _ in range(20_000))
+    c.read("csv-long-cell", c.csv("y_true,y_pred\n" + rows + "0," + "1" * 100_000 + "\n"))
+    c.read("csv-huge-int", c.csv("y_true,y_pred\n0," + "9" * 5000 + "\n"))
+
+
+def _deflate(source: Path, target: Path) -> None:
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in archive.infolist():
+            out.writestr(info.filename, archive.read(info.filename))
+
+
 GENERATORS = [
     bad_dtypes, non_finite, huge_ids, negative_ids, ragged_csv, empty_files, garbage, huge_headers,
-    crafted_npy, mismatched_lengths, bad_keys, pickled, bad_csv, bad_names, bad_labels,
+    crafted_npy, mismatched_lengths, bad_keys, pickled, bad_csv, bad_names, bad_labels, bombs,
 ]
 
 

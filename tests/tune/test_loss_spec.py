@@ -11,17 +11,22 @@ import torch
 
 from mr2.methods.base import MethodContext
 from mr2.methods.registry import UNKNOWN_OPTIONS, build_method
+from mr2.methods.spec import LossSpecError
 from mr2.tune import Candidate, TuneInputError, candidates, loss_from_spec
 from mr2.tune.candidates import NO_NUM_CLASSES
 from mr2.tune.loss_spec import (
     ENGINE_ONLY,
-    ENGINE_ONLY_METHODS,
-    LOSS_METHODS,
     NEEDS_FEATURE_DIM,
     NEEDS_FEATURES,
+    NUM_CLASSES_DIFFER,
     UNKNOWN_LOSS,
+    engine_only_methods,
+    loss_methods,
     parse_loss_spec,
 )
+
+LOSS_METHODS = loss_methods()
+ENGINE_ONLY_METHODS = engine_only_methods()
 
 K, D, B = 5, 6, 20
 #: Every loss the candidate sets hold, and focal (a loss a specification may name, in no candidate set).
@@ -48,7 +53,10 @@ def test_the_sources_candidate_sets():
     assert all(c.is_loss for c in FOREIGN)
     engine_only = [c.method for c in candidates("full") if not c.is_loss]
     assert engine_only == ["jtt", "hbr"] and set(engine_only) <= set(ENGINE_ONLY_METHODS)
-    assert {c.method for c in FOREIGN} == set(LOSS_METHODS)
+    # What a method is comes from its class: LDAM, CDB (engine hooks) and LfF are engine-only too;
+    # logit adjustment is a loss (with the class counts).
+    assert set(ENGINE_ONLY_METHODS) == {"jtt", "hbr", "lff", "ldam", "cdb"}
+    assert {c.method for c in FOREIGN} | {"logit_adjustment"} == set(LOSS_METHODS)
 
 
 @pytest.mark.parametrize("candidate", FOREIGN, ids=[c.label for c in FOREIGN])
@@ -105,8 +113,11 @@ def test_the_loss_sets_itself_up_on_the_first_call_and_moves_with_to():
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "not an object"),
-        ({"options": {}}, "expected 'method' and 'options'"),
-        ({"method": "erm", "options": {}, "seed": 1}, "expected 'method' and 'options'"),
+        ({"options": {}}, "expected 'method', 'options' and optionally 'num_classes'"),
+        ({"method": "erm", "options": {}, "seed": 1}, "expected 'method', 'options' and optionally 'num_classes'"),
+        ({"method": "erm", "options": {}, "num_classes": K + 1}, NUM_CLASSES_DIFFER.format(spec=K + 1, given=K)),
+        ({"method": "erm", "options": {}, "num_classes": 1}, "num_classes must be an integer from 2 to 100000"),
+        ({"method": "logit_adjustment", "options": {}}, "logit_adjustment needs the training set's class counts"),
         ({"method": 3}, "'method' is not a string"),
         ({"method": "erm", "options": []}, "'options' is not an object"),
         ({"method": "mr2", "options": {"c_bar": float("nan")}}, "not a finite JSON number"),
@@ -119,7 +130,7 @@ def test_the_loss_sets_itself_up_on_the_first_call_and_moves_with_to():
         ({"method": "focal", "options": {"gamma": -1}}, "gamma must be >= 0"),
         ({"method": "supcon"}, NEEDS_FEATURE_DIM.format(name="supcon")),
     ],
-    ids=["json", "list", "no-method", "extra-key", "method-type", "options-type", "nan", "json-nan", "unknown",
+    ids=["json", "list", "no-method", "extra-key", "k-differs", "k-1", "counts", "method-type", "options-type", "nan", "json-nan", "unknown",
          "engine-only", "unknown-option", "engine-option", "bad-value", "supcon-dim"],
 )
 def test_bad_specs_are_one_clear_error(spec, message):
@@ -130,9 +141,26 @@ def test_bad_specs_are_one_clear_error(spec, message):
 
 def test_a_feature_loss_called_without_features_and_a_candidate_without_k_are_clear_errors():
     logits, _, target = _batch(0)
-    with pytest.raises(TuneInputError, match="reads the features"):
+    with pytest.raises(LossSpecError, match="reads the features"):
         loss_from_spec({"method": "mr2", "options": {}}, K)(logits, None, target)
     assert NEEDS_FEATURES.format(name="mr2").startswith("the 'mr2' loss")
     with pytest.raises(TuneInputError) as caught:
         candidates("quick")[1].make_loss()
     assert str(caught.value) == NO_NUM_CLASSES.format(label="mr2-paper-c1")
+
+
+def test_the_spec_carries_k_so_loss_from_spec_needs_nothing_more():
+    candidate = candidates("quick")[2]
+    assert "num_classes" not in candidate.loss_spec()  # K unknown here
+    spec = Candidate(candidate.label, candidate.method, candidate.options, num_classes=K).loss_spec()
+    assert spec["num_classes"] == K
+    loss = loss_from_spec(json.dumps(spec))
+    assert loss.num_classes == K and loss.spec == spec
+    with pytest.raises(TuneInputError, match="has no num_classes"):
+        loss_from_spec({"method": "erm", "options": {}})
+
+
+@pytest.mark.parametrize("feature_dim", [-5, 0, 10**7, 2.5])
+def test_feature_dim_is_bounded_before_anything_is_allocated(feature_dim):
+    with pytest.raises(TuneInputError, match="feature_dim must be an integer from 1 to 1000000"):
+        loss_from_spec({"method": "supcon", "options": {}}, K, feature_dim=feature_dim)

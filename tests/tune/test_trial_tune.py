@@ -68,7 +68,7 @@ def test_the_python_api_chooses_on_validation_and_records_report_and_verdict(tun
     assert record["adopt"] is True and record["reason"] == "confirmed" and result.adopt
     assert record["label"] == record["use"]["label"] == expected.recommended and not record["recommendation_is_erm"]
     assert record["selection"]["candidates"] == [s.to_dict() for s in expected.scores]
-    assert record["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}}
+    assert record["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}, "num_classes": K}
     assert record["source"] == {"kind": "python"} and record["num_classes"] == K
     assert record["base_config"] is None and record["mr2_version"]
     # The same fields as the engine path's record, plus loss_spec, source, num_classes, verdict.
@@ -264,7 +264,9 @@ def test_a_trial_directory_of_another_tune_is_refused_not_reused(tmp_path):
         tune(simulated, num_classes=K + 1, candidates="erm,mr2-paper-c1", seeds=2, confirm_seeds=2,
              output_dir=tmp_path, name="t", stream=io.StringIO())
     assert str(caught.value) == STALE_TRIAL.format(path=tmp_path / "t" / "trials" / "selection" / "erm" / "seed=0",
-                                                   key="num_classes", found=K, expected=K + 1)
+                                                   key="loss_spec",
+                                                   found={"method": "erm", "options": {}, "num_classes": K},
+                                                   expected={"method": "erm", "options": {}, "num_classes": K + 1})
     assert record.read_text() == before
 
 

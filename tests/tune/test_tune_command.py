@@ -55,7 +55,8 @@ def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(comm
     record = json.loads((out / "c" / "recommendation.json").read_text())
     assert record["source"] == {"kind": "command", "command": COMMAND}
     assert record["chosen"]["label"] == "mr2-logit_only-c1"
-    assert record["chosen"]["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}}
+    assert record["chosen"]["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0},
+                                             "num_classes": K}
     assert record["verdict"]["outcome"] in ("confirmed", "gain with a cost", "inconclusive", "contradicted")
     # The record's configuration to use agrees with the advice printed last.
     assert record["label"] == (record["chosen"]["label"] if record["adopt"] else "erm")

@@ -29,9 +29,9 @@ their state only in training mode (never from evaluation data).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -100,6 +100,19 @@ class TrainingMethod(nn.Module):
 
     #: Registry name used in configs (``method: <name>``).
     name: str = "base"
+    #: What the method is, read by its clients (:mod:`mr2.methods.spec`, ``mr2 tune``) instead of name
+    #: lists kept elsewhere. ``plain_loss``: a loss and nothing more, so plain training code can run it
+    #: (no second stage, resampling, model change or validation hook of the engine).
+    plain_loss: ClassVar[bool] = True
+    #: Its loss reads the features (the penultimate layer) as well as the logits.
+    reads_features: ClassVar[bool] = False
+    #: It creates trainable parameters from the feature width at construction (``feature_dim`` needed).
+    needs_feature_dim: ClassVar[bool] = False
+    #: It needs the training set's class counts (``class_counts``) to be the loss its options describe.
+    needs_class_counts: ClassVar[bool] = False
+    #: Options that act through an engine hook plain code does not call: a loss specification must keep
+    #: these values.
+    engine_options: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self) -> None:
         super().__init__()

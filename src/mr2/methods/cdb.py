@@ -47,6 +47,8 @@ class CDB(TrainingMethod):
         update: ``"every_validation"`` or ``"fixed"``.
     """
 
+    plain_loss = False  # class weights from the engine's validation passes
+
     class_accuracy: torch.Tensor
     class_weights: torch.Tensor
 

@@ -60,6 +60,8 @@ class CenterLoss(TrainingMethod):
         True
     """
 
+    reads_features = True
+
     centers: torch.Tensor
 
     def __init__(

@@ -71,6 +71,8 @@ class HBR(TwoStageReset, TrainingMethod):
             ``Loss`` estimator: mean per-sample cross-entropy, high = hard, never needs the shift).
     """
 
+    plain_loss = False  # resampled epochs and a second stage
+
     aum_sum: torch.Tensor
     aum_count: torch.Tensor
     multiplicity: torch.Tensor

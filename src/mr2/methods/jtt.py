@@ -70,6 +70,8 @@ class JTT(TwoStageReset, TrainingMethod):
         error_source: ``"train_mode"`` or ``"eval_pass"``.
     """
 
+    plain_loss = False  # a second training stage on resampled errors
+
     errors: torch.Tensor
     checked: torch.Tensor
     frozen: torch.Tensor

@@ -76,6 +76,8 @@ class LDAM(TrainingMethod):
         drw_beta: ``beta`` of the effective number (0.9999).
     """
 
+    plain_loss = False  # changes the model (a normalised head) and reweights by epoch
+
     margins: torch.Tensor
     drw_weights: torch.Tensor
     class_weights: torch.Tensor

@@ -89,6 +89,8 @@ class LfF(TrainingMethod):
             gradient ``q`` times GCE's); ``"paper"``: ``(1 - p_y^q) / q``.
     """
 
+    plain_loss = False  # a second (biased) model
+
     biased_model: nn.Module | None
     ema_biased: torch.Tensor
     ema_debiased: torch.Tensor

@@ -35,6 +35,8 @@ class LogitAdjustment(TrainingMethod):
         tau: scale of the adjustment (1.0).
     """
 
+    needs_class_counts = True  # the class priors
+
     log_prior: torch.Tensor
 
     def __init__(self, num_classes: int, *, tau: float = 1.0) -> None:

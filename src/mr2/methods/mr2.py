@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -32,6 +33,9 @@ class MR2Method(TrainingMethod):
     :class:`~mr2.losses.released.ReleasedMR2Loss`. ``margin_warmup_epochs``, the method's own option,
     trains the first epochs with logit temperatures 1 (the statistics are still accumulated).
     """
+
+    reads_features = True
+    engine_options: ClassVar[Mapping[str, Any]] = {"margin_warmup_epochs": 0}  # an epoch hook
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ __all__ = [
     "MethodConfigError",
     "available_methods",
     "build_method",
+    "method_class",
     "method_options",
     "register_method",
 ]
@@ -92,6 +93,16 @@ def available_methods() -> list[str]:
     """Sorted names of every registered method."""
     _load_builtins()
     return sorted(_REGISTRY)
+
+
+def method_class(name: str) -> type[TrainingMethod]:
+    """The class registered as ``name`` (what it is: :attr:`TrainingMethod.plain_loss`,
+    :attr:`~TrainingMethod.reads_features`, ...).
+
+    Raises:
+        MethodConfigError: unknown ``name`` (the message lists the valid ones).
+    """
+    return _lookup(name)
 
 
 def _lookup(name: str) -> type[TrainingMethod]:

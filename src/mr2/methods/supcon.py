@@ -77,6 +77,9 @@ class SupCon(TrainingMethod):
         True
     """
 
+    reads_features = True
+    needs_feature_dim = True
+
     def __init__(
         self,
         num_classes: int,

@@ -31,10 +31,11 @@ __all__ = [
 #: run's confusion matrix. iNaturalist 2021 has 10,000 classes; ImageNet-21k needs the flag.
 DEFAULT_MAX_CLASSES = 10_000
 
-#: The most bytes the arrays of one predictions file may take once read (uncompressed): 62 million
-#: samples of int64 y_true and y_pred, or 50,000 x 2,500 float64 logits. The reader's peak is at most
-#: about 4 times what a file declares (measured with 120-240 MB files: 2.1x for int64 class ids, 4.2x
-#: for int32 ids widened to int64, 3.3x for float32 logits widened to float64, 1.2x for float64 logits).
+#: The most bytes the arrays of one predictions file may take once read (uncompressed, counted as
+#: the reader holds them: class ids as int64, scores as float64, so a narrow dtype does not slip 8x
+#: past it): 62 million samples of y_true and y_pred, or 50,000 x 2,500 logits. The reader's peak is
+#: at most about 2.5 times this count (measured with 120-240 MB files: 2.1x for int64 and int32 class
+#: ids, 1.6x for float32 logits, 1.2x for float64 logits).
 DEFAULT_MAX_ARRAY_BYTES = 10**9
 
 

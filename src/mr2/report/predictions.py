@@ -149,8 +149,8 @@ MAX_ARRAY_BYTES_INVALID = (
     "got {value!r}"
 )
 ARRAYS_TOO_LARGE = (
-    "predictions file {path} declares {what}, {size} once read (uncompressed), more than the limit of "
-    "{limit} per predictions file; check the file (its sample count and dtypes), or raise the limit "
+    "predictions file {path} declares {what}, {size} once read (uncompressed; class ids as int64, "
+    "scores as float64), more than the limit of {limit} per predictions file; check the file (its sample count and dtypes), or raise the limit "
     "with --max-array-bytes (max_array_bytes in Python)"
 )
 LIST_TOO_DEEP = (
@@ -490,7 +490,8 @@ def _npz_members(path: Path, max_classes: int, max_array_bytes: int) -> None:
                     )
                 )
             shown = "[" + ", ".join(str(n) for n in shape) + "]"
-            declared_arrays.append((f"{key} {shown} {dtype.name}", declared))
+            widened = math.prod(shape) * _VALUE_BYTES if dtype.kind in _NUMERIC_KINDS + "b" else declared
+            declared_arrays.append((f"{key} {shown} {dtype.name}", max(declared, widened)))
     total = sum(size for _, size in declared_arrays)
     if total > max_array_bytes:
         what = ", ".join(text for text, _ in declared_arrays)
@@ -532,15 +533,25 @@ def _list_values(path: Path, key: str, value: Any) -> int:
 
 
 def _check_lists(path: Path, content: dict[str, Any], max_array_bytes: int) -> None:
-    """Refuse a ``.pt``'s lists whose values would take more than ``max_array_bytes`` as arrays (a
-    7-kB pickle of shared references can ask numpy for gigabytes), before any conversion."""
+    """Refuse a ``.pt``'s values that would take more than ``max_array_bytes`` as int64 / float64
+    arrays, before any conversion: lists (a 7-kB pickle of shared references can ask numpy for
+    gigabytes) and narrow tensors (200 MB of uint8 class ids are 1.6 GB as int64)."""
+    described: list[tuple[str, int]] = []
     for key, value in content.items():
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, torch.Tensor):
+            shown = "[" + ", ".join(str(n) for n in value.shape) + "]"
+            dtype = str(value.dtype).removeprefix("torch.")
+            described.append((f"{key} {shown} {dtype}", int(value.numel()) * _VALUE_BYTES))
+        elif isinstance(value, (list, tuple)):
             values = _list_values(path, str(key), value)
             if values * _VALUE_BYTES > max_array_bytes:
                 raise _too_large(
                     path, f"lists of {values} values in {str(key)!r}", values * _VALUE_BYTES, max_array_bytes
                 )
+            described.append((f"{key}: lists of {values} values", values * _VALUE_BYTES))
+    total = sum(size for _, size in described)
+    if total > max_array_bytes:
+        raise _too_large(path, ", ".join(text for text, _ in described), total, max_array_bytes)
 
 
 def _check_storage(path: Path, key: str, value: Any) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mr2.tune.errors import TuneInputError
-from mr2.tune.loss_spec import FEATURE_METHODS, LOSS_METHODS, SpecLoss, loss_from_spec
+from mr2.tune.loss_spec import SpecLoss, loss_from_spec
 
 __all__ = [
     "CANDIDATE_SETS",
@@ -104,16 +104,22 @@ class Candidate:
     def is_loss(self) -> bool:
         """Whether the candidate is a loss module, so training code of your own can run it (the
         two-stage procedures JTT, HBR and LfF need mr2's engine)."""
-        return self.method in LOSS_METHODS
+        from mr2.methods.registry import method_class
+
+        return method_class(self.method).plain_loss
 
     @property
     def needs_features(self) -> bool:
         """Whether its loss reads the features (penultimate layer) besides the logits."""
-        return self.method in FEATURE_METHODS
+        from mr2.methods.registry import method_class
+
+        return method_class(self.method).reads_features
 
     def loss_spec(self) -> dict[str, Any]:
-        """The JSON-able loss specification (:func:`mr2.tune.loss_from_spec` turns it into the loss)."""
-        return {"method": self.method, "options": dict(self.options)}
+        """The JSON-able loss specification (:func:`mr2.tune.loss_from_spec` turns it into the loss), with
+        ``num_classes`` when the candidate knows K (so ``loss_from_spec(spec)`` needs nothing more)."""
+        spec: dict[str, Any] = {"method": self.method, "options": dict(self.options)}
+        return spec if self.num_classes is None else {**spec, "num_classes": self.num_classes}
 
     def make_loss(self, num_classes: int | None = None, *, feature_dim: int | None = None,
                   class_counts: Any = None) -> SpecLoss:

@@ -66,7 +66,7 @@ BAD_CANDIDATES = (
 )
 ENGINE_ONLY_CANDIDATE = (
     "candidate {label!r} ({method}) needs mr2's engine (a two-stage procedure); with training code of "
-    "your own the candidates must be losses (see mr2.tune.loss_spec.LOSS_METHODS); use mr2 tune --config"
+    "your own the candidates must be losses (mr2.methods.spec.loss_methods()); use mr2 tune --config"
 )
 _BAD_CLASS_NAMES = "class_names must be {num_classes} distinct non-empty strings; got {problem}"
 
