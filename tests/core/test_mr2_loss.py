@@ -204,7 +204,7 @@ def test_recommended_variants_change_only_their_setting():
     torch.manual_seed(3)
     logits, features = torch.randn(12, 4, dtype=torch.float64), torch.randn(12, 6, dtype=torch.float64)
     target = torch.tensor([0, 1, 2, 3] * 3)
-    paper, logit_only = MR2Loss(4), MR2Loss.from_variant("logit_only", 4)
+    paper, logit_only = MR2Loss.from_variant("paper", 4), MR2Loss.from_variant("logit_only", 4)
     distance_1d = MR2Loss.from_variant("distance_1d", 4)
     assert logit_only.lambda_rep == 0.0 and distance_1d.distance_temperature_value(6) == 6.0
     total = paper(logits, features, target)

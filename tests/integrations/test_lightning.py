@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,12 @@ from integrations.tiny_lightning import (
     statistics_state,
     trainer,
 )
-from mr2.integrations.lightning import MR2StatisticsCallback, statistics_modules
+from mr2.integrations.lightning import (
+    NO_STATISTICS,
+    MR2StatisticsCallback,
+    NoStatisticsWarning,
+    statistics_modules,
+)
 from mr2.report.confusion import confusion_matrix
 from mr2.report.tiers import TierSplit
 
@@ -87,6 +93,35 @@ def test_accumulated_micro_batches_give_the_statistics_of_the_large_batch(tmp_pa
     assert not statistics_modules(accumulated)[0].deferred  # switched off again at the end
     gap = (default.criterion.statistics.means() - large.criterion.statistics.means()).abs().max()
     assert gap > 1e-3  # without deferral: one moving-average step per micro-batch
+
+
+class _LossElsewhere(TinyMR2Module):
+    """The loss kept outside the module's attributes (in a plain list): Lightning cannot see it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses = [self.criterion]
+        del self.criterion
+
+    def training_step(self, batch, batch_idx):
+        logits, features = self(batch[0])
+        return self.losses[0](logits, features, batch[1])
+
+
+def test_the_callback_warns_once_when_the_module_holds_no_mr2_statistics(tmp_path):
+    module, callback = _LossElsewhere(), MR2StatisticsCallback()
+    with pytest.warns(NoStatisticsWarning) as caught:
+        trainer(tmp_path, max_epochs=1, accumulate_grad_batches=2, callbacks=[callback]).fit(module, loader(8))
+    ours = [str(w.message) for w in caught if w.category is NoStatisticsWarning]
+    assert ours == [NO_STATISTICS.format(module="_LossElsewhere")]
+    assert ours[0].startswith(
+        "mr2.integrations.lightning.MR2StatisticsCallback: the LightningModule _LossElsewhere holds no MR2 class "
+        "statistics"
+    )
+    assert "self.criterion = MR2Loss(...)" in ours[0]
+    with warnings.catch_warnings():  # once per callback: a second fit stays quiet
+        warnings.simplefilter("error", NoStatisticsWarning)
+        trainer(tmp_path, max_epochs=1, callbacks=[callback]).fit(_LossElsewhere(), loader(8))
 
 
 def _sized_loader(sizes: list[int]) -> torch.utils.data.DataLoader:

@@ -63,7 +63,7 @@ def test_mr2s_options_are_its_losss_options_plus_its_own():
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     }
     del loss_options["feature_dim"], loss_options["process_group"]  # wired by the engine at setup
-    assert method_options("mr2") == {"variant": "paper", "margin_warmup_epochs": 0, **loss_options}
+    assert method_options("mr2") == {"variant": "distance_1d", "margin_warmup_epochs": 0, **loss_options}
     assert {"estimator", "rep_reduction", "distance_margin_norm", "min_logit_temperature"} <= set(loss_options)
 
 

@@ -215,10 +215,11 @@ def test_study_presets_use_the_protocol_and_label_their_variants():
     assert len(variants.seeds) >= 5
     points = {p.label: p for p in plan_sweep(variants) if p.seed == 0}
     options = {label: config_to_dict(p.config)["method"]["options"] for label, p in points.items()}
-    assert options["mr2"] == {} and points["mr2"].method == "mr2"
+    # The paper's form by name (issue 39: MR2Loss's default is no longer the paper's T = 1).
+    assert options["mr2"] == {"variant": "paper"} and points["mr2"].method == "mr2"
     assert options["mr2_logit"] == {"lambda_rep": 0.0}
-    assert options["mr2_centered"] == {"center_features": True}
-    assert options["mr2_variance"] == {"allocation": "spread"}
+    assert options["mr2_centered"] == {"variant": "paper", "center_features": True}
+    assert options["mr2_variance"] == {"variant": "paper", "allocation": "spread"}
     assert options["mr2_T10d"] == {"distance_temperature": "10d"}
     assert all(points[label].method == "mr2" for label in options if label != "erm")
 

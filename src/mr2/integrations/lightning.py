@@ -8,7 +8,9 @@ What a ``LightningModule`` needs (see examples/lightning_mr2.py and docs/integra
   have their shape before DDP wraps the module;
 - :class:`MR2StatisticsCallback`: with ``accumulate_grad_batches = k > 1`` it makes the statistics
   add up the ``k`` micro-batches and applies them once per optimiser step (the statistics of one
-  batch of ``k`` times the size); with ``k = 1`` it does nothing;
+  batch of ``k`` times the size); with ``k = 1`` it does nothing; when the module holds no MR2
+  statistics (the loss is not one of its attributes) it warns once with
+  :class:`NoStatisticsWarning` at the start of training;
 - :func:`log_mr2_parts` in ``training_step`` and :func:`log_disparity` at the end of a validation
   epoch: both go through ``LightningModule.log_dict`` with scalar values only.
 
@@ -19,6 +21,7 @@ confusion matrix over the ranks: its logged values are already global.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch import nn
@@ -32,7 +35,25 @@ from mr2.losses.mr2 import MR2Loss
 from mr2.metrics.classwise_disparity import ClasswiseDisparity
 from mr2.statistics.class_features import ClassFeatureStatistics
 
-__all__ = ["MR2StatisticsCallback", "log_disparity", "log_mr2_parts", "statistics_modules"]
+__all__ = [
+    "MR2StatisticsCallback",
+    "NoStatisticsWarning",
+    "log_disparity",
+    "log_mr2_parts",
+    "statistics_modules",
+]
+
+#: The warning of :class:`MR2StatisticsCallback` for a module without MR2 statistics.
+NO_STATISTICS = (
+    "mr2.integrations.lightning.MR2StatisticsCallback: the LightningModule {module} holds no MR2 class "
+    "statistics (no MR2Loss or ClassFeatureStatistics among its submodules), so the callback does nothing: "
+    "no deferral under gradient accumulation, and Lightning's checkpoints will not hold the statistics. "
+    "Make the loss an attribute of the module in __init__ (self.criterion = MR2Loss(...))."
+)
+
+
+class NoStatisticsWarning(UserWarning):
+    """:class:`MR2StatisticsCallback` found no MR2 statistics on the ``LightningModule``."""
 
 
 def statistics_modules(module: nn.Module) -> list[ClassFeatureStatistics]:
@@ -50,6 +71,10 @@ class MR2StatisticsCallback(pl.Callback):
     micro-batch's backward, on every rank), so they equal the statistics of one batch of ``k``
     micro-batches. The last, shorter group of an epoch is applied at its own optimiser step.
 
+    The statistics are found among the module's submodules (:func:`statistics_modules`), so the loss
+    must be an attribute of the ``LightningModule``; when none is found at the start of training the
+    callback warns once (:class:`NoStatisticsWarning`) and does nothing.
+
     Args:
         defer: True/False to force deferral on/off; None (default): on when
             ``trainer.accumulate_grad_batches > 1``.
@@ -57,10 +82,16 @@ class MR2StatisticsCallback(pl.Callback):
 
     def __init__(self, defer: bool | None = None) -> None:
         self.defer = defer
+        self._warned = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         defer = trainer.accumulate_grad_batches > 1 if self.defer is None else self.defer
-        for stats in statistics_modules(pl_module):
+        found = statistics_modules(pl_module)
+        if not found and not self._warned:
+            self._warned = True
+            message = NO_STATISTICS.format(module=type(pl_module).__name__)
+            warnings.warn(message, NoStatisticsWarning, stacklevel=2)
+        for stats in found:
             if defer:
                 stats.check_deferrable()
             stats.deferred = defer

@@ -44,9 +44,10 @@ from mr2.functional.margin_losses import (
     representation_margin_loss,
 )
 from mr2.functional.reduction import reduce_loss
+from mr2.losses.collapse import CollapseGuard
 from mr2.statistics.class_features import ClassFeatureStatistics
 
-__all__ = ["PROFILER_LABELS", "VARIANTS", "MR2Loss", "MR2LossParts"]
+__all__ = ["DEFAULT_VARIANT", "PROFILER_LABELS", "VARIANTS", "MR2Loss", "MR2LossParts"]
 
 Allocation = Literal["second_moment", "spread"]
 LogitMargin = Literal["temperature", "additive"]
@@ -74,9 +75,9 @@ _BAD_C_BAR = "c_bar must be a positive number; got {value!r}."
 _BAD_ALLOCATION = "allocation must be 'second_moment' (paper) or 'spread'; got {value!r}."
 _BAD_PAIRS = "pairs must be 'local' (default) or 'global'; got {value!r}."
 _BAD_DISTANCE_TEMPERATURE = (
-    "distance_temperature must be a positive number (1 = the paper; with "
-    "distance_temperature_per_dim=True it is c in T = c times the feature dimension; the string "
-    "'<c>d' is ReleasedMR2Loss's spelling); got {value!r}."
+    "distance_temperature must be a positive number T (1 = the paper's formula; with "
+    "distance_temperature_per_dim=True it is c in T = c times the feature dimension; left out: T = d, "
+    "the default; the string '<c>d' is ReleasedMR2Loss's spelling); got {value!r}."
 )
 _BAD_PER_DIM = "distance_temperature_per_dim must be true or false; got {value!r}."
 _UNKNOWN_VARIANT = "unknown MR2 variant {name!r}; choose one of: {choices}."
@@ -91,24 +92,34 @@ _BAD_LOGIT_MARGIN = (
 )
 _BAD_MARGIN_SCALE = "margin_scale (m of the additive margin) must be a number >= 0; got {value!r}."
 
-#: Named configurations. ``"paper"`` is the default of :class:`MR2Loss`; the others are variants
-#: studied by the project (see docs/mr2.md), each labelled as NOT the paper's default. ``"released"``
-#: uses the released code's knobs: build it with ``ReleasedMR2Loss.from_variant("released", K)``.
+#: The paper's formula for the distance temperature, ``T = 1``, spelt out: every variant defined as "the
+#: paper's form with one change" pins it, so that its meaning does not follow :class:`MR2Loss`'s default.
+_PAPER_DISTANCE_TEMPERATURE: dict[str, Any] = {
+    "distance_temperature": 1.0,
+    "distance_temperature_per_dim": False,
+}
+
+#: Named configurations (docs/mr2.md, "Variants"). ``"paper"`` is the paper's formula, ``T = 1`` explicitly
+#: (NOT :class:`MR2Loss`'s default since issue 39: it collapses the features of a standard training script,
+#: docs/mr2.md "The default"); the others are variants studied by the project, each labelled as such.
+#: ``"released"`` uses the released code's knobs: build it with
+#: ``ReleasedMR2Loss.from_variant("released", K)``.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "centered": {"center_features": True},
-    "variance": {"allocation": "spread"},
-    "lp5": {"norm_p": 5.0},
+    "paper": dict(_PAPER_DISTANCE_TEMPERATURE),
+    "centered": {**_PAPER_DISTANCE_TEMPERATURE, "center_features": True},
+    "variance": {**_PAPER_DISTANCE_TEMPERATURE, "allocation": "spread"},
+    "lp5": {**_PAPER_DISTANCE_TEMPERATURE, "norm_p": 5.0},
     # Test-split readings on the Fashion-MNIST protocol (BENCHMARKS.md section 4): the paper's
     # representation term with T = 1 costs accuracy; without it (logit_only) or with T = d
-    # (distance_1d) overall accuracy was within noise of cross-entropy there. No variant is recommended:
-    # on other data the ranking changed (section 7); `mr2 tune` chooses one on the user's validation data.
-    "logit_only": {"lambda_rep": 0.0},
+    # (distance_1d) overall accuracy was within noise of cross-entropy there. On other data the ranking
+    # changed (sections 7, 7b); `mr2 tune` chooses on the user's validation data.
+    "logit_only": {**_PAPER_DISTANCE_TEMPERATURE, "lambda_rep": 0.0},
+    # The default of MR2Loss (DEFAULT_VARIANT): T = d, chosen by the rule of docs/mr2.md "The default".
     "distance_1d": {"distance_temperature": 1.0, "distance_temperature_per_dim": True},
     # Corollary 1's allocation as an additive LDAM-style margin on the true logit (z_y - Delta_y)
     # instead of a temperature: NOT the paper's form (the temperature also divides a class's
-    # gradient by gamma_y; an additive margin does not).
-    "additive_margin": {"logit_margin": "additive"},
+    # gradient by gamma_y; an additive margin does not). Representation term as in the paper (T = 1).
+    "additive_margin": {**_PAPER_DISTANCE_TEMPERATURE, "logit_margin": "additive"},
     "released": {
         "norm_p": 5.0,
         "estimator": "batch",
@@ -118,6 +129,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "distance_margin_norm": "statistics",
     },
 }
+
+#: The variant :class:`MR2Loss`'s defaults compute (``MR2Loss(K)`` is
+#: ``MR2Loss.from_variant(DEFAULT_VARIANT, K)``) and the default of the engine's ``method: mr2``.
+DEFAULT_VARIANT = "distance_1d"
 
 
 class MR2LossParts(NamedTuple):
@@ -169,12 +184,20 @@ class MR2Loss(nn.Module):
     logit temperatures are 1 (plain cross-entropy); setting :attr:`gammas_enabled` to False (e.g. for
     warm-up epochs) does the same.
 
-    The defaults are the paper's: L2 statistics, cube-root allocation of ``a_k``, distance
-    temperature ``T = 1``, ``lambda_rep = 0.1``, representation pairs from the local batch (under data
+    The defaults are the paper's except the distance temperature: L2 statistics, cube-root allocation
+    of ``a_k``, ``lambda_rep = 0.1``, representation pairs from the local batch (under data
     parallelism each rank pairs its own samples, as the released code does; ``pairs="global"`` pairs
-    over the global batch with a differentiable all-gather). Variants (see :data:`VARIANTS` and
-    :meth:`from_variant`) are labelled as such; the released research code's arithmetic is
-    :class:`~mr2.losses.released.ReleasedMR2Loss`.
+    over the global batch with a differentiable all-gather), and ``T = d`` (the feature dimension;
+    variant ``distance_1d``, :data:`DEFAULT_VARIANT`) where the paper's formula has ``T = 1``: at
+    ``T = 1`` the representation term collapsed the features of a standard training script (the rule
+    and the measurements: docs/mr2.md, "The default"). The paper's formula is
+    ``MR2Loss.from_variant("paper", K)``; other variants (see :data:`VARIANTS` and :meth:`from_variant`)
+    are labelled as such; the released research code's arithmetic (``T = 10 d``) is
+    ``ReleasedMR2Loss.from_variant("released", K)``.
+
+    In training mode the loss watches for collapsed features (:class:`~mr2.losses.collapse.CollapseGuard`,
+    a check every few steps without a host sync on the others) and warns once with
+    :class:`~mr2.losses.collapse.FeatureCollapseWarning`.
 
     Args:
         num_classes: K >= 2.
@@ -182,10 +205,11 @@ class MR2Loss(nn.Module):
         lambda_rep: weight of the representation term (0 disables it and skips its O(B^2) work).
         momentum: decay of the moving statistics (0.9 in the paper's CIFAR scripts, 0.999 ImageNet).
         feature_dim: d, or None to infer it from the first batch (or :meth:`setup`).
-        distance_temperature: the distance temperature ``T`` > 0 (1 = paper), or with
-            ``distance_temperature_per_dim`` the factor c of ``T = c d``.
-        distance_temperature_per_dim: ``T = distance_temperature * d`` (d the feature dimension;
-            variant ``distance_1d``).
+        distance_temperature: the distance temperature ``T`` > 0 (1 = the paper's formula), or with
+            ``distance_temperature_per_dim`` the factor c of ``T = c d``. None (default): ``T = d``.
+        distance_temperature_per_dim: read ``distance_temperature`` as c in ``T = c d`` (d the feature
+            dimension). None (default): True when ``distance_temperature`` is left out (``T = d``),
+            False when it is given (``distance_temperature=2.0`` is ``T = 2``).
         allocation: ``"second_moment"`` (paper: ``a_k``) or ``"spread"`` (variance-only, ``s_k``).
         norm_p: Lp norm of the statistics (2 = paper; 5 = released code). The distance margin
             ``2 s_bar`` stays in the L2 norm of the pair distances whatever ``norm_p`` is.
@@ -222,8 +246,8 @@ class MR2Loss(nn.Module):
         lambda_rep: float = 0.1,
         momentum: float = 0.9,
         feature_dim: int | None = None,
-        distance_temperature: float = 1.0,
-        distance_temperature_per_dim: bool = False,
+        distance_temperature: float | None = None,
+        distance_temperature_per_dim: bool | None = None,
         allocation: Allocation = "second_moment",
         norm_p: float = 2.0,
         center_features: bool = False,
@@ -250,10 +274,15 @@ class MR2Loss(nn.Module):
             raise MR2InputError(_BAD_C_BAR.format(value=c_bar))
         if not is_number(lambda_rep) or lambda_rep < 0:
             raise MR2InputError(_BAD_LAMBDA.format(value=lambda_rep))
-        if not is_number(distance_temperature) or not distance_temperature > 0:
+        if distance_temperature is not None and (
+            not is_number(distance_temperature) or not distance_temperature > 0
+        ):
             raise MR2InputError(_BAD_DISTANCE_TEMPERATURE.format(value=distance_temperature))
-        if not isinstance(distance_temperature_per_dim, bool):
+        if distance_temperature_per_dim is not None and not isinstance(distance_temperature_per_dim, bool):
             raise MR2InputError(_BAD_PER_DIM.format(value=distance_temperature_per_dim))
+        if distance_temperature_per_dim is None:  # the default T = d; a given T is T itself
+            distance_temperature_per_dim = distance_temperature is None
+        factor = 1.0 if distance_temperature is None else float(distance_temperature)
         if allocation not in ("second_moment", "spread"):
             raise MR2InputError(_BAD_ALLOCATION.format(value=allocation))
         if pairs not in ("local", "global"):
@@ -276,9 +305,9 @@ class MR2Loss(nn.Module):
         self.lambda_rep = float(lambda_rep)
         #: As given (ReleasedMR2Loss: possibly the string ``"<c>d"``); ``T`` is
         #: :meth:`distance_temperature_value`.
-        self.distance_temperature: float | str = float(distance_temperature)
-        self._distance_factor = float(distance_temperature)
-        self.distance_temperature_per_dim = distance_temperature_per_dim
+        self.distance_temperature: float | str = factor
+        self._distance_factor = factor
+        self.distance_temperature_per_dim: bool = distance_temperature_per_dim
         self.allocation: Allocation = allocation
         self.pairs: Pairs = pairs
         self.warmup_samples_per_class = warmup_samples_per_class
@@ -288,6 +317,8 @@ class MR2Loss(nn.Module):
         #: Set to False to train with logit temperatures 1 (e.g. during warm-up epochs).
         self.gammas_enabled = True
         self.parts: MR2LossParts | None = None
+        #: Warns once when the features collapse (:mod:`mr2.losses.collapse`); None switches it off.
+        self.collapse_guard: CollapseGuard | None = CollapseGuard(self.num_classes)
 
     @classmethod
     def from_variant(cls, variant: str, num_classes: int, **overrides: Any) -> MR2Loss:
@@ -398,6 +429,38 @@ class MR2Loss(nn.Module):
         factor = self._distance_factor
         return factor * feature_dim if self.distance_temperature_per_dim else factor
 
+    def collapse_advice(self, feature_dim: int) -> str:
+        """The cause and the fix that :class:`~mr2.losses.collapse.FeatureCollapseWarning` names.
+
+        Example:
+            >>> paper = MR2Loss.from_variant("paper", 10)
+            >>> print(paper.collapse_advice(128))  # doctest: +NORMALIZE_WHITESPACE
+            The representation term pulls same-class features together (lambda_rep = 0.1, distance
+            temperature T = 1, the paper's formula): use MR2Loss(num_classes), whose default is T = d
+            (here 128), lower lambda_rep (0 turns the term off) or lower the learning rate (docs/mr2.md,
+            "The default").
+        """
+        if self.lambda_rep == 0:
+            return (
+                "lambda_rep = 0, so the representation term is not the cause: lower the learning rate, and "
+                "check that the features given to the loss are the input of the final linear layer."
+            )
+        temperature = self.distance_temperature_value(feature_dim)
+        if temperature < feature_dim:
+            paper = ", the paper's formula" if temperature == 1.0 else ""
+            fix = f"use MR2Loss(num_classes), whose default is T = d (here {feature_dim})"
+        else:
+            paper = ""
+            fix = (
+                "raise T further (distance_temperature=10, distance_temperature_per_dim=True is the released "
+                "code's T = 10 d)"
+            )
+        return (
+            f"The representation term pulls same-class features together (lambda_rep = {self.lambda_rep:g}, "
+            f"distance temperature T = {temperature:g}{paper}): {fix}, lower lambda_rep (0 turns the term "
+            'off) or lower the learning rate (docs/mr2.md, "The default").'
+        )
+
     def _reduce_pairs(self, per_sample: torch.Tensor, target: torch.Tensor, feature_dim: int) -> torch.Tensor:
         """The representation margin term from its per-sample terms [B]: their mean over the batch."""
         return reduce_loss(per_sample, "mean")
@@ -475,4 +538,6 @@ class MR2Loss(nn.Module):
             rep_term = logit_term.new_zeros(())
         total = logit_term + self.lambda_rep * rep_term
         self.parts = MR2LossParts(total.detach(), logit_term.detach(), rep_term.detach(), gamma, margin)
+        if self.training and self.collapse_guard is not None:  # a host read every few steps only
+            self.collapse_guard.observe(features, target, logit_term, self.collapse_advice)
         return total

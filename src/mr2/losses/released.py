@@ -1,9 +1,9 @@
 """MR2 with the knobs that only reproduce the released research code (BeierZhu/MR2).
 
 NOT the paper's form: :class:`ReleasedMR2Loss` is :class:`~mr2.losses.mr2.MR2Loss` plus the
-released code's choices, each defaulting to the paper's (so ``ReleasedMR2Loss(K)`` computes what
-``MR2Loss(K)`` does); ``ReleasedMR2Loss.from_variant("released", K)`` sets them all as the released
-code does. Its arithmetic is in :mod:`mr2.functional.released`.
+released code's choices, each defaulting to :class:`~mr2.losses.mr2.MR2Loss`'s (so ``ReleasedMR2Loss(K)``
+computes what ``MR2Loss(K)`` does); ``ReleasedMR2Loss.from_variant("released", K)`` sets them all as the
+released code does. Its arithmetic is in :mod:`mr2.functional.released`.
 
 - ``estimator="batch"``: moving averages of per-batch scalars instead of pooled sufficient statistics;
 - ``rep_reduction="released"``: the representation term averaged within each class, summed over the
@@ -34,7 +34,8 @@ RepReduction = Literal["mean", "released"]
 _BAD_REP_REDUCTION = "rep_reduction must be 'mean' (paper) or 'released'; got {value!r}."
 _BAD_DISTANCE_TEMPERATURE = (
     "distance_temperature must be a positive number (1 = the paper) or a string '<c>d' meaning c "
-    "times the feature dimension (e.g. '10d', the released code); got {value!r}."
+    "times the feature dimension (e.g. '10d', the released code; left out: MR2Loss's default T = d); "
+    "got {value!r}."
 )
 _BAD_MARGIN_NORM = (
     "distance_margin_norm must be 'l2' (the norm of the pair distances) or 'statistics' (the "
@@ -70,7 +71,8 @@ class ReleasedMR2Loss(MR2Loss):
             (default; the norm of the pair distances, whatever ``norm_p`` the allocation uses) or
             ``"statistics"`` (the statistics' Lp norm: the released code's mismatch of an L5 spread
             against L2 distances).
-        distance_temperature: ``T`` (1 = paper) or ``"<c>d"`` for c times the feature dimension.
+        distance_temperature: ``T`` (1 = paper) or ``"<c>d"`` for c times the feature dimension; None
+            (default): :class:`~mr2.losses.mr2.MR2Loss`'s default, ``T = d``.
         **options: every other option of :class:`~mr2.losses.mr2.MR2Loss`.
 
     Example:
@@ -86,12 +88,14 @@ class ReleasedMR2Loss(MR2Loss):
         estimator: Estimator = "pooled",
         rep_reduction: RepReduction = "mean",
         distance_margin_norm: MarginNorm = "l2",
-        distance_temperature: float | str = 1.0,
+        distance_temperature: float | str | None = None,
         **options: Any,
     ) -> None:
-        factor, per_dim = _parse_distance_temperature(distance_temperature)
-        if per_dim:
-            options["distance_temperature_per_dim"] = True
+        factor: float | None = None
+        if distance_temperature is not None:
+            factor, per_dim = _parse_distance_temperature(distance_temperature)
+            if per_dim:
+                options["distance_temperature_per_dim"] = True
         super().__init__(num_classes, distance_temperature=factor, **options)
         if rep_reduction not in ("mean", "released"):
             raise MR2InputError(_BAD_REP_REDUCTION.format(value=rep_reduction))
@@ -109,7 +113,8 @@ class ReleasedMR2Loss(MR2Loss):
                 process_group=stats.process_group,
                 check_values=stats.check_values,
             )
-        self.distance_temperature = distance_temperature
+        if distance_temperature is not None:
+            self.distance_temperature = distance_temperature
         self.rep_reduction: RepReduction = rep_reduction
         self.distance_margin_norm: MarginNorm = distance_margin_norm
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mr2.losses.mr2 import MR2Loss, keyword_options
+from mr2.losses.mr2 import DEFAULT_VARIANT, MR2Loss, keyword_options
 from mr2.losses.released import ReleasedMR2Loss, uses_released_knobs
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import register_method
@@ -26,8 +26,10 @@ class MR2Method(TrainingMethod):
     keyword option of :class:`~mr2.losses.mr2.MR2Loss` and of
     :class:`~mr2.losses.released.ReleasedMR2Loss` except ``feature_dim`` and ``process_group`` (the
     engine's). Options not given take the value of the chosen ``variant`` (see :data:`mr2.VARIANTS`;
-    the default ``"paper"`` is the paper's form; ``"additive_margin"`` uses the allocation as an
-    additive logit margin of scale ``margin_scale``, not the paper's form). When the variant or the
+    the default is :data:`~mr2.losses.mr2.DEFAULT_VARIANT`, ``"distance_1d"``, the configuration of
+    ``MR2Loss(K)``: the paper's form with distance temperature ``T = d``; ``"paper"`` is the paper's
+    formula, ``T = 1``; ``"additive_margin"`` uses the allocation as an additive logit margin of scale
+    ``margin_scale``, not the paper's form). When the variant or the
     options use a knob of the released code (``estimator``, ``rep_reduction``,
     ``distance_margin_norm``, a ``"<c>d"`` string ``distance_temperature``), the loss is a
     :class:`~mr2.losses.released.ReleasedMR2Loss`. ``margin_warmup_epochs``, the method's own option,
@@ -41,7 +43,7 @@ class MR2Method(TrainingMethod):
         self,
         num_classes: int,
         *,
-        variant: str = "paper",
+        variant: str = DEFAULT_VARIANT,
         margin_warmup_epochs: int = 0,
         **loss_options: Any,
     ) -> None:
