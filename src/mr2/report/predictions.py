@@ -150,8 +150,8 @@ MAX_ARRAY_BYTES_INVALID = (
 )
 ARRAYS_TOO_LARGE = (
     "predictions file {path} declares {what}, {size} once read (uncompressed; class ids as int64, "
-    "scores as float64), more than the limit of {limit} per predictions file; check the file (its sample count and dtypes), or raise the limit "
-    "with --max-array-bytes (max_array_bytes in Python)"
+    "scores as float64), more than the limit of {limit} per predictions file; check the file (its "
+    "sample count and dtypes), or raise the limit with --max-array-bytes (max_array_bytes in Python)"
 )
 LIST_TOO_DEEP = (
     "predictions file {path}: {key!r} holds lists nested more than {limit} deep; save class ids [N], "
