@@ -304,12 +304,36 @@ def calibration(sim: Simulator, reps: int = 200, seeds: int = 3) -> tuple[float,
 # Designs compared
 # ---------------------------------------------------------------------------------------------
 
-#: name -> (design, selection pool size, confirmation pool size)
+def _race(selection: tuple[int, ...], keep: tuple[int, ...], contenders: int, looks: tuple[int, ...],
+          spending: str = "obrien_fleming", futility: float | None = 0.0) -> tuple[Design, int, int]:
+    design = Design(selection_looks=selection, keep=keep, gate="best", contenders=contenders,
+                    confirmation_looks=looks, spending=spending, futility=futility)  # type: ignore[arg-type]
+    return design, selection[-1], looks[-1]
+
+
+#: name -> (design, selection pool size, confirmation pool size). ``sA,BkC``: selection stages at A
+#: then B seeds per candidate, C kept after the first; ``mM``: M contenders confirmed; ``LX,Y``:
+#: confirmation looks at X, Y fresh seeds; ``fF``: futility at t <= F (0 unless given).
 DESIGNS: dict[str, tuple[Design, int, int]] = {
-    "default": (DEFAULT_DESIGN, 20, 30),
+    "default": (DEFAULT_DESIGN, max(DEFAULT_DESIGN.selection_looks or (3,)),
+                max(DEFAULT_DESIGN.confirmation_looks or (5,))),
     "baseline-3": (BASELINE_DESIGN, 3, 3),
     "baseline-5": (BASELINE_DESIGN, 3, 5),
     "argmax-5": (Design(gate="best"), 3, 5),
+    "s2,4k4-m2-L3,6": _race((2, 4), (4,), 2, (3, 6)),
+    "s2,3k5-m3-L3,6": _race((2, 3), (5,), 3, (3, 6)),
+    "s2-m4-L3,6": _race((2,), (), 4, (3, 6)),
+    "s2-m3-L3,6": _race((2,), (), 3, (3, 6)),
+    "s2-m2-L4,8": _race((2,), (), 2, (4, 8)),
+    "s1,3k5-m2-L4,8": _race((1, 3), (5,), 2, (4, 8)),
+    "s1,3k5-m3-L4,8": _race((1, 3), (5,), 3, (4, 8)),
+    "s1,3k6-m3-L3,6,9": _race((1, 3), (6,), 3, (3, 6, 9)),
+    "s1,2,4k6,3-m2-L4,8": _race((1, 2, 4), (6, 3), 2, (4, 8)),
+    "s1,3k6-m4-L3,6,9": _race((1, 3), (6,), 4, (3, 6, 9)),
+    "s1,3k8-m4-L4,8": _race((1, 3), (8,), 4, (4, 8)),
+    "s1,3k6-m3-L4,8,12": _race((1, 3), (6,), 3, (4, 8, 12)),
+    "s1,3k5-m4-L3,6,9": _race((1, 3), (5,), 4, (3, 6, 9)),
+    "s1,3k6-m4-L3,6,9-f0.5": _race((1, 3), (6,), 4, (3, 6, 9), futility=0.5),
 }
 
 

