@@ -15,9 +15,11 @@ import pytest
 
 from mr2.tune import Candidate, Predictions, TrialError, TrialPredictions, TuneInputError, tune
 from mr2.tune.api import NOT_CALLABLE, OUTPUT_IS_FILE
-from mr2.tune.request import BAD_CANDIDATES, BAD_NUM_CLASSES, ENGINE_ONLY_CANDIDATE
+from mr2.tune.design import Plan
+from mr2.tune.request import BAD_CANDIDATES, BAD_NUM_CLASSES, ENGINE_ONLY_CANDIDATE, make_request
 from mr2.tune.selection import TuneSelectionError, ValidationFigures, choose
 from mr2.tune.trials import STALE_TRIAL, WRONG_TYPE, Y_TRUE_DIFFERS
+from mr2.tune.verdict import seed_figures
 
 K = 6
 PER_CLASS = 60
@@ -49,6 +51,25 @@ def _expected_choice(seeds: list[int]):
     return choose(runs, seeds=seeds)
 
 
+def _replayed(seeds: int = 3, confirm_seeds: int = 3) -> tuple[Plan, list[tuple[str, str, int]]]:
+    """The default design's plan fed the simulation directly (no tune, no files): what the tune must
+    have asked for and decided. Selection trials give VALIDATION predictions only."""
+    plan = make_request(num_classes=K, candidates="quick", seeds=seeds, confirm_seeds=confirm_seeds,
+                        output_dir="unused", name="x").plan()
+    asked = []
+    while batch := plan.next_round():
+        for item in batch:
+            asked.append((item.phase, item.label, item.seed))
+            if item.phase == "selection":
+                y_pred = _predict(Y_VAL, item.label, item.seed, "val")
+                plan.record_validation(item.label, item.seed, ValidationFigures.from_predictions(
+                    f"{item.label}@{item.seed}", item.seed, Y_VAL, y_pred, K))
+            else:
+                y_pred = _predict(Y_TEST, item.label, item.seed, "test")
+                plan.record_test(item.label, item.seed, seed_figures(Y_TEST, y_pred, plan.hard_classes, K))
+    return plan, asked
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     out = tmp_path_factory.mktemp("trials")
@@ -61,12 +82,16 @@ def test_the_python_api_chooses_on_validation_and_records_report_and_verdict(tun
     out, result = tuned
     directory = out / "sim"
     record = json.loads((directory / "recommendation.json").read_text())
-    expected = _expected_choice([0, 1, 2])
-    assert expected.recommended == "mr2-logit_only-c1"  # the simulation's lift is found
-    assert record["selection"]["recommended"] == record["chosen"]["label"] == expected.recommended
+    plan, asked = _replayed()
+    expected = plan.choice
+    advice = plan.advice()
+    assert expected is not None and advice.chosen == "mr2-logit_only-c1"  # the simulation's lift is found
+    assert record["chosen"]["label"] == advice.chosen and record["advice"] == json.loads(json.dumps(
+        advice.to_dict()))
+    assert record["trainings"] == len(asked)
     # Confirmed on fresh seeds: adopted, and the configuration to use is the chosen one.
     assert record["adopt"] is True and record["reason"] == "confirmed" and result.adopt
-    assert record["label"] == record["use"]["label"] == expected.recommended and not record["recommendation_is_erm"]
+    assert record["label"] == record["use"]["label"] == advice.chosen and not record["recommendation_is_erm"]
     assert record["selection"]["candidates"] == [s.to_dict() for s in expected.scores]
     assert record["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0}, "num_classes": K}
     assert record["source"] == {"kind": "python"} and record["num_classes"] == K
@@ -75,15 +100,16 @@ def test_the_python_api_chooses_on_validation_and_records_report_and_verdict(tun
     engine_fields = {"method", "options", "label", "recommendation_is_erm", "criterion", "rule", "candidate_set",
                      "selection", "confirmation", "base_config", "mr2_version", "git_commit"}
     assert engine_fields <= set(record)
-    # Confirmation: ERM and the chosen candidate on the fresh seeds, reported from test predictions.
+    # Confirmation: ERM and the contenders on fresh seeds, reported from test predictions.
     methods = record["confirmation"]["figures"]["methods"]
-    assert set(methods) == {"erm", "mr2-logit_only-c1"}
-    assert all(methods[m]["seeds"] == record["confirmation"]["seeds"] for m in methods)
+    assert set(methods) == {"erm", *advice.contenders} and "mr2-logit_only-c1" in methods
+    confirmed = {(label, seed) for phase, label, seed in asked if phase == "confirmation"}
+    assert all(set(methods[m]["seeds"]) == {s for label, s in confirmed if label == m} for m in methods)
     assert Path(record["confirmation"]["report"]).is_file()
     assert ",c3," in (directory / "confirmation" / "report" / "per_class.csv").read_text()  # the class names
     # The verdict, from the confirmation's test predictions (an independent recomputation).
     verdict = record["verdict"]
-    hard = expected.hard_classes
+    hard = plan.hard_classes
     erm_hard = [float(np.mean([(_predict(Y_TEST, "erm", s, "test") == Y_TEST)[k == Y_TEST].mean() for k in hard]))
                 for s in (3, 4, 5)]
     seeds = verdict["seeds"]

@@ -45,11 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a key of the run configuration (repeatable)",
     )
-    parser.add_argument("--seeds", default="3", metavar="N|S,S,...",
-                        help="selection seeds: a count (0..N-1) or a list (default 3)")
-    parser.add_argument("--confirm-seeds", default="3", metavar="M|S,S,...",
-                        help="fresh confirmation seeds: a count (after the selection seeds) or a list "
-                        "disjoint from them (default 3)")
+    parser.add_argument("--seeds", metavar="N|S,S,...",
+                        help="the selection seed pool: a count (0..N-1) or a list (default: what the design "
+                        "uses, 3)")
+    parser.add_argument("--confirm-seeds", metavar="M|S,S,...",
+                        help="the fresh confirmation seed pool: a count (after the selection seeds) or a "
+                        "list disjoint from them (default: what the design uses, 9; only the seeds its looks "
+                        "need are trained)")
     parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full|LABEL,LABEL,..",
                         help="quick: ERM and MR2's paper, logit_only, distance_1d at c_bar 1 (4); full: ERM, "
                         "every variant at 3 c_bar or margin values and 5 baselines (18; docs/tune.md); or "

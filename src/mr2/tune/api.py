@@ -37,8 +37,8 @@ def tune(
     *,
     num_classes: int,
     candidates: str | Sequence[Candidate] = DEFAULT_CANDIDATE_SET,
-    seeds: int | str | Sequence[int] = 3,
-    confirm_seeds: int | str | Sequence[int] = 3,
+    seeds: int | str | Sequence[int] | None = None,
+    confirm_seeds: int | str | Sequence[int] | None = None,
     criterion: str = "hard_tier",
     output_dir: str | Path,
     name: str = "tune",
@@ -69,8 +69,10 @@ def tune(
         num_classes: K.
         candidates: ``"full"`` (the default; its losses: two-stage procedures need ``mr2 tune
             --config``), ``"quick"`` or a list of :class:`mr2.tune.Candidate` including ``erm``.
-        seeds: the selection seed pool (a count from 0, or a list); at least 2.
-        confirm_seeds: the fresh confirmation seed pool (a count after the selection seeds, or a list).
+        seeds: the selection seed pool (a count from 0, or a list; at least 2; default: what the
+            design uses, 3).
+        confirm_seeds: the fresh confirmation seed pool (a count after the selection seeds, or a list;
+            default: what the design uses, 9; the plan trains only the seeds its looks need).
         criterion: ``hard_tier``, ``worst_class`` or ``overall``.
         output_dir: where the tune directory goes.
         name: the tune directory's name.

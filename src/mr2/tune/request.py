@@ -214,7 +214,9 @@ def make_request(
     design: Design = DEFAULT_DESIGN,
 ) -> TuneRequest:
     """Validate a tune's arguments (counts give consecutive seeds; confirmation seeds start after the
-    largest selection seed; at least 2 and at most :data:`MAX_SEEDS` each, disjoint).
+    largest selection seed; at least 2 and at most :data:`MAX_SEEDS` each, disjoint). Without seeds,
+    the pools are what the design uses at most (:data:`mr2.tune.design.DEFAULT_DESIGN`: 3 selection
+    seeds, 9 confirmation seeds; a shorter pool cuts its stages and looks).
 
     Args:
         losses_only: the candidates must be losses (training code of your own); False for mr2's
@@ -236,8 +238,9 @@ def make_request(
     else:
         chosen, set_name = _custom_candidates(candidates), "custom"
     check_name(name, "name", TuneInputError)
-    selection = parse_seeds(seeds, "--seeds", 3)
-    confirmation = parse_seeds(confirm_seeds, "--confirm-seeds", 3, start=max(selection) + 1)
+    selection = parse_seeds(seeds, "--seeds", max(design.selection_looks or (3,)))
+    confirmation = parse_seeds(confirm_seeds, "--confirm-seeds", max(design.confirmation_looks or (3,)),
+                               start=max(selection) + 1)
     common = sorted(set(selection) & set(confirmation))
     if common:
         raise TuneInputError(OVERLAPPING_SEEDS.format(selection=selection, confirmation=confirmation,
