@@ -19,11 +19,13 @@ from mr2.tune.command import (
     EXIT_CODE,
     FORMAT_SPEC,
     MISSING_PLACEHOLDER,
+    NO_MR2_INTERPRETER,
     NO_PREDICTIONS,
     QUOTED_PLACEHOLDER,
     TIMED_OUT,
     UNKNOWN_PLACEHOLDER,
     command_source,
+    interpreter_warning,
 )
 from mr2.tune.driver import TUNE_LOCKED, describe
 from mr2.tune.request import make_request
@@ -392,3 +394,22 @@ def test_out_is_an_absolute_path_that_cannot_read_as_an_option(tmp_path, monkeyp
     source = command_source("t {loss} {seed} {out}", request)
     trial = request.trial("selection", "erm", 0)
     assert source.command(trial).endswith(f" {tmp_path}/-o/c/trials/selection/erm/seed=0/output")
+
+
+def test_a_python_that_cannot_import_mr2_is_warned_about(tmp_path, capsys):
+    """Issue 39: run from outside .venv, `python` is an interpreter without mr2 and every trial fails
+    with "exited with code 1"; tune says so before the first trial."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'mr2'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    command = f"{fake} t.py --loss-json {{loss}} --seed {{seed}} --out {{out}}"
+    warning = interpreter_warning(command)
+    assert warning == NO_MR2_INTERPRETER.format(word=str(fake), path=str(fake),
+                                                error="ModuleNotFoundError: No module named 'mr2'",
+                                                suggestion=sys.executable)
+    assert interpreter_warning(COMMAND) is None  # this interpreter has mr2
+    assert interpreter_warning("torchrun --nproc-per-node 2 t.py {loss} {seed} {out}") is None
+    assert main(["tune", "--command", command, "--num-classes", "6", "--output-dir", str(tmp_path / "o"),
+                 "--dry-run"]) == 0
+    assert warning in capsys.readouterr().err

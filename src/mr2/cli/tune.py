@@ -149,7 +149,7 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
     """``mr2 tune --command``: the request and the command source, checked before anything is written."""
     from mr2.report.predictions import read_class_names
     from mr2.tune import TuneInputError
-    from mr2.tune.command import check_command, command_source
+    from mr2.tune.command import check_command, command_source, interpreter_warning
     from mr2.tune.engine_source import BAD_COUNT
     from mr2.tune.estimate import NO_ESTIMATE_COMMAND
     from mr2.tune.request import make_request
@@ -171,6 +171,9 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
         name=args.name or "tune", class_names=names)
     source = command_source(args.command, request, workers=workers, launcher=_launcher(args),
                             timeout=args.trial_timeout)
+    warning = interpreter_warning(args.command)
+    if warning:
+        print(warning, file=sys.stderr)
     if args.dry_run:
         from mr2.tune.driver import describe
 

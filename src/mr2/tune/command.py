@@ -20,7 +20,9 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
+import shutil
 import signal
 import string
 import subprocess
@@ -294,6 +296,37 @@ class CommandSource:
             splits[split] = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
                              else Predictions(item.y_true, y_pred=item.y_pred))
         return TrialPredictions(val=splits["val"], test=splits["test"])
+
+
+NO_MR2_INTERPRETER = (
+    "warning: --command runs {word} ({path}), which cannot import mr2 ({error}): every trial would fail "
+    "at `import mr2`; activate the virtual environment mr2 is installed in (source .venv/bin/activate) or "
+    "write its interpreter, e.g. {suggestion}"
+)
+
+
+def interpreter_warning(template: str) -> str | None:
+    """A warning when the command starts with a Python interpreter that cannot import mr2 (the usual
+    cause of every trial failing with "exited with code 1": mr2 run from outside its ``.venv``), else
+    None. Only a first word that names a Python interpreter is checked (``python``, ``python3.11``,
+    ``.venv/bin/python``); ``torchrun`` or a shell script are left alone."""
+    words = shlex.split(template.split(";")[0]) if template.strip() else []
+    if not words or not re.fullmatch(r"python[0-9.]*", Path(words[0]).name):
+        return None
+    path = shutil.which(words[0])
+    if path is None:
+        return NO_MR2_INTERPRETER.format(word=words[0], path="not found", error="no such program",
+                                         suggestion=sys.executable)
+    try:
+        result = subprocess.run([path, "-c", "import mr2"], capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode == 0:
+        return None
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return NO_MR2_INTERPRETER.format(word=words[0], path=path, error=lines[-1] if lines else "no output",
+                                     suggestion=sys.executable)
 
 
 def command_source(template: str, request: TuneRequest, *, workers: int = 1,
