@@ -103,7 +103,8 @@ def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing
     plan = request.plan()
     assert (f"trainings: {plan.expected_trainings():.1f} expected (by simulation), at most {plan.max_trainings()}"
             in printed)
-    command = "--loss-json '{\"method\":\"mr2\",\"options\":{\"variant\":\"paper\",\"c_bar\":1.0}}' --seed 1"
+    command = ("--loss-json '{\"method\":\"mr2\",\"options\":{\"variant\":\"paper\",\"c_bar\":1.0},"
+               "\"num_classes\":6}' --seed 0")
     assert printed.count(command) == 1  # each trial's command once
     assert "not run by this source" not in printed  # quick has no engine-only candidate
     assert not (tmp_path / "out").exists()
@@ -232,9 +233,9 @@ def test_the_command_source_runs_every_trial_as_a_submitit_job(tmp_path, capsys)
                       "--launcher-option", "timeout_min=10"))
     assert code == 0, capsys.readouterr()
     record = json.loads((tmp_path / "c" / "recommendation.json").read_text())
-    assert record["label"] == "mr2-logit_only-c1"
+    assert record["chosen"]["label"] == "mr2-logit_only-c1"
     jobs = list((tmp_path / "c" / "submitit").glob("*/*_result.pkl"))
-    assert len(jobs) == 8 + 4  # every selection and confirmation trial ran as a job
+    assert len(jobs) == record["trainings"]  # every selection and confirmation trial ran as a job
 
 
 def _wait_for(condition, seconds: float = 120.0) -> bool:
@@ -410,6 +411,7 @@ def test_a_python_that_cannot_import_mr2_is_warned_about(tmp_path, capsys):
                                                 suggestion=sys.executable)
     assert interpreter_warning(COMMAND) is None  # this interpreter has mr2
     assert interpreter_warning("torchrun --nproc-per-node 2 t.py {loss} {seed} {out}") is None
+    assert interpreter_warning(_TRAPPING) is None  # quotes that hold a ';' are one word
     assert main(["tune", "--command", command, "--num-classes", "6", "--output-dir", str(tmp_path / "o"),
                  "--dry-run"]) == 0
     assert warning in capsys.readouterr().err

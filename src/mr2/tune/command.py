@@ -310,7 +310,10 @@ def interpreter_warning(template: str) -> str | None:
     cause of every trial failing with "exited with code 1": mr2 run from outside its ``.venv``), else
     None. Only a first word that names a Python interpreter is checked (``python``, ``python3.11``,
     ``.venv/bin/python``); ``torchrun`` or a shell script are left alone."""
-    words = shlex.split(template.split(";")[0]) if template.strip() else []
+    try:
+        words = shlex.split(template)
+    except ValueError:  # unbalanced quotes: the shell will say so in the first trial's log
+        return None
     if not words or not re.fullmatch(r"python[0-9.]*", Path(words[0]).name):
         return None
     path = shutil.which(words[0])

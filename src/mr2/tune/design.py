@@ -74,7 +74,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, choose
+from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, choose, decide
 from mr2.tune.verdict import CONFIRMED, SeedFigures, Verdict, judge_figures
 
 __all__ = [
@@ -485,6 +485,13 @@ class Advice:
         }
 
 
+def _decide_again(choice: Choice) -> None:
+    """Redo :func:`mr2.tune.selection.choose`'s last step after eligibility changed (candidates the
+    racing ruled out): the best eligible candidate, its margin and the recommendation."""
+    choice.best, choice.margin, choice.recommended = None, math.nan, choice.reference
+    decide(choice, choice.score(choice.reference))
+
+
 def _cumulative(looks: tuple[int, ...] | None, pool: int) -> list[int]:
     """Cumulative seed counts per stage, clipped to the pool and without repeats."""
     counts = [pool] if looks is None else [min(n, pool) for n in looks]
@@ -784,6 +791,15 @@ class Plan:
             self._active = ranked[:keep]
             self._stage += 1
             return
+        if self._ruled_out:
+            # The final table lists every candidate with a run, those raced out or failed included
+            # (not eligible, with why); the decision above is unchanged by them.
+            shown = [label for label in self.labels if self._validation.get(label)]
+            choice = choose(self._selection_runs(shown), self.criterion, self.reference)
+            for score in choice.scores:
+                if score.label in self._ruled_out:
+                    score.eligible, score.reason = False, self._ruled_out[score.label]
+            _decide_again(choice)
         self._choice = choice
         if self.design.gate == "margin":
             self._contenders = [] if choice.is_reference else [choice.recommended]

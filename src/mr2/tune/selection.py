@@ -82,6 +82,7 @@ __all__ = [
     "TuneSelectionError",
     "ValidationFigures",
     "choose",
+    "decide",
     "prediction_problem",
     "read_validation",
     "rule_text",
@@ -639,13 +640,13 @@ def choose(
         score.eligible = not score.reason
     choice.samples_per_class = samples
     choice.threshold = erm_score.se
-    _decide(choice, erm_score)
+    decide(choice, erm_score)
     return choice
 
 
-def _decide(choice: Choice, erm_score: CandidateScore) -> None:
-    """Step 5 of the rule: the best eligible candidate, its margin over ERM, and the recommendation
-    (the wording is :func:`mr2.tune.text.choice_explanation`'s)."""
+def decide(choice: Choice, erm_score: CandidateScore) -> None:
+    """Step 5 of the rule on a choice whose eligibility is set: the best eligible candidate, its
+    margin over ERM, and the recommendation (the wording is :func:`mr2.tune.text.choice_explanation`'s)."""
     eligible = [s for s in choice.scores if s.label != choice.reference and s.eligible]
     if not eligible:
         return
