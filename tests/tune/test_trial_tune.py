@@ -329,3 +329,27 @@ def test_the_confirmation_table_uses_the_verdicts_hard_tier(tmp_path):
     assert methods["erm"]["mean"]["tier:hard"] == pytest.approx(erm_hard, abs=1e-12)
     assert methods["mr2-logit_only-c1"]["mean"]["tier:hard"] == pytest.approx(np.mean(result.verdict.chosen_hard),
                                                                               abs=1e-12)
+
+
+def test_a_finished_trial_whose_predictions_are_damaged_is_trained_again(tmp_path):
+    """Issue 38: resume over a finished trial whose val.npz is missing or corrupt used to be a
+    traceback; the trial is trained again, saying so."""
+    arguments = {"num_classes": K, "candidates": "erm,mr2-paper-c1", "seeds": 2, "confirm_seeds": 2,
+                 "output_dir": tmp_path, "name": "t"}
+    tune(simulated, **arguments, stream=io.StringIO())
+    trials = tmp_path / "t" / "trials" / "selection"
+    (trials / "erm" / "seed=0" / "val.npz").write_bytes(b"not a zip archive")
+    (trials / "mr2-paper-c1" / "seed=0" / "test.npz").unlink()
+    calls = []
+
+    def counting(candidate, seed):
+        calls.append((candidate.label, seed))
+        return simulated(candidate, seed)
+
+    stream = io.StringIO()
+    result = tune(counting, **arguments, stream=stream)
+    assert sorted(calls) == [("erm", 0), ("mr2-paper-c1", 0)]
+    printed = stream.getvalue()
+    assert "selection/erm@0 finished earlier but its stored predictions in" in printed
+    assert "cannot be read (" in printed and "training it again" in printed
+    assert result.recommendation_file.is_file()

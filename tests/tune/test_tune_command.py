@@ -130,6 +130,10 @@ def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing
         (["--command", COMMAND, "--num-classes", "6", "--workers", "0"], "--workers must be an integer >= 1; got 0"),
         (["--command", COMMAND, "--num-classes", "6", "--candidates", "erm,jtt"], "need mr2's engine"),
         (["--command", COMMAND, "--num-classes", "6", "--candidates", "mr2-paper-c1"], "unknown candidate set"),
+        (["--command", COMMAND, "--num-classes", "6", "--candidates", "erm,erm"],
+         "--candidates lists erm more than once"),
+        (["--command", COMMAND, "--num-classes", "6", "--candidates", "erm,mr2-pape-c1"],
+         "--candidates names unknown candidate(s) mr2-pape-c1; the labels are: erm, mr2-paper-c0.5"),
         (["--command", COMMAND, "--num-classes", "6", "--seeds", "2000"], "at most 1000"),
         (["--command", COMMAND, "--num-classes", "6", "--name", "."], "is not a usable name"),
         (["--command", COMMAND, "--num-classes", "6", "--class-names", "/nonexistent/names.txt"],
@@ -137,7 +141,7 @@ def test_dry_run_lists_the_trials_their_commands_and_the_cost_and_writes_nothing
         (["--config", "run.yaml", "--num-classes", "6"], "--num-classes applies to --command"),
     ],
     ids=["no-seed", "no-out", "no-loss", "unknown", "brace", "empty", "no-k", "k-1", "set", "launcher", "workers",
-         "engine-only", "no-erm", "many-seeds", "name", "class-names", "k-with-config"],
+         "engine-only", "no-erm", "repeated", "typo", "many-seeds", "name", "class-names", "k-with-config"],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message):
     out_dir = tmp_path / "out"

@@ -25,6 +25,7 @@ from mr2.config import load_config
 from mr2.config.names import BAD_NAME
 from mr2.sweep.launcher import NOT_KEY_VALUE, SLURM_ONLY
 from mr2.tune.design import Plan
+from mr2.tune.driver import PREVIOUS_FILE, PREVIOUS_MOVED
 from mr2.tune.engine_source import BAD_COUNT, NO_PREDICTIONS, NO_VALIDATION_SPLIT, phase_spec
 from mr2.tune.request import (
     BAD_SEEDS,
@@ -353,7 +354,11 @@ def test_a_rerun_with_another_configuration_stops_at_erms_refused_run(tuned, tmp
     assert "erm is not eligible" not in out and "failed (failed" not in captured.err  # the reference: said once, below
     assert captured.err.startswith("mr2 tune: no recommendation: the reference 'erm' failed (selection, seed 0")
     assert "== confirmation" not in out and "] done " not in out and "skipped" not in out
-    assert (directory / "recommendation.json").read_text() == before
+    # No advice this time: the previous recommendation is moved aside (not left looking current), and
+    # the error says where.
+    assert not (directory / "recommendation.json").exists()
+    assert (directory / PREVIOUS_FILE).read_text() == before
+    assert captured.err.rstrip().endswith(PREVIOUS_MOVED.format(path=directory / PREVIOUS_FILE))
     assert json.loads(before)["base_config"]["optim"]["lr"] == 0.05
     assert sorted(p.name for p in (directory / "confirmation").glob("*")) == confirmation
 
@@ -408,7 +413,8 @@ def test_runs_of_an_older_mr2_without_predictions_are_failed_trials(tuned, tmp_p
         assert f"{message} (log: {run_dir / 'train.log'})" in captured.err
         assert "erm is not eligible" not in captured.out
         assert captured.err.startswith("mr2 tune: no recommendation: the reference 'erm' failed")
-        assert (directory / "recommendation.json").read_text() == before
+        assert (directory / PREVIOUS_FILE).read_text() == before
+        assert not (directory / "recommendation.json").exists()
         return
     record = json.loads((directory / "recommendation.json").read_text())
     assert record["failed"] == {label: {"phase": "selection", "seed": 0, "reason": message,

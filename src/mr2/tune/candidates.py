@@ -57,6 +57,8 @@ _BAD_CANDIDATE_SET = (
     "unknown candidate set {value!r}; choose quick, full, or a comma-separated list of candidate labels "
     "with erm among them, from: {labels}"
 )
+_REPEATED = "--candidates lists {labels} more than once; give each candidate label once"
+_UNKNOWN_LABELS = "--candidates names unknown candidate(s) {unknown}; the labels are: {labels}"
 _NEEDS_ENGINE = (
     "candidate(s) {labels} need mr2's engine (two-stage procedures): they run through mr2 tune --config "
     "only"
@@ -181,9 +183,15 @@ def check_candidate_set(value: str, *, losses_only: bool = False) -> str:
     if value in CANDIDATE_SETS:
         return value
     labels = [part.strip() for part in str(value).split(",")]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise TuneInputError(_REPEATED.format(labels=", ".join(repeated)[:200]))
     pool = {c.label: c for c in candidates("full")}
     allowed = [label for label, c in pool.items() if c.is_loss or not losses_only]
     unknown = [label for label in labels if label not in allowed]
+    if "," in str(value) and REFERENCE_LABEL in labels and unknown and not any(u in pool for u in unknown):
+        raise TuneInputError(_UNKNOWN_LABELS.format(unknown=", ".join(unknown)[:200],
+                                                    labels=", ".join(allowed)))
     if "," not in str(value) or unknown or REFERENCE_LABEL not in labels or len(set(labels)) != len(labels):
         engine = [label for label in unknown if label in pool]
         if engine:

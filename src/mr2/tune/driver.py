@@ -42,7 +42,7 @@ from mr2.tune.design import Advice
 from mr2.tune.errors import TuneInputError
 from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
-from mr2.tune.selection import Choice, ValidationFigures, rule_text, split_halves
+from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, rule_text, split_halves
 from mr2.tune.source import TrialResult, TrialSource, format_seconds
 from mr2.tune.text import advice_text, choice_explanation, choice_text, design_text, early_size_warning
 from mr2.tune.trials import Trial
@@ -51,6 +51,8 @@ from mr2.tune.verdict import Verdict, seed_figures
 __all__ = ["TuneResult", "describe", "run_tune"]
 
 _BAD_REPORT = "the confirmation report could not be written: {error}"
+PREVIOUS_FILE = "recommendation.previous.json"
+PREVIOUS_MOVED = "; the previous recommendation was moved to {path} (it is not this run's)"
 TUNE_LOCKED = (
     "tune directory {path} is in use by process {pid} (another mr2 tune into it); wait for it to end or "
     "stop it, or give this tune another --name or --output-dir"
@@ -316,17 +318,41 @@ def _lock(request: TuneRequest, source: TrialSource) -> RunLock | None:
                                                 pid="?" if holder is None else holder)) from None
 
 
+def _set_aside(request: TuneRequest) -> str:
+    """Move a previous ``recommendation.json`` aside (a tune that ends without advice must not leave
+    an earlier one looking current); the sentence saying so, or ""."""
+    previous = request.directory / RECOMMENDATION_FILE
+    if not previous.is_file():
+        return ""
+    target = previous.with_name(PREVIOUS_FILE)
+    previous.replace(target)
+    return PREVIOUS_MOVED.format(path=target)
+
+
 def _run_tune(request: TuneRequest, source: TrialSource, out: TextIO) -> TuneResult:
     run = _Run(request, source, out)
     print(describe(request, source), file=out, flush=True)
     print("\n== selection (validation split only)", file=out, flush=True)
+    try:
+        _rounds(run)
+    except TuneSelectionError as error:
+        moved = _set_aside(request)
+        raise TuneSelectionError(f"{error}{moved}") from None
+    return _finish(run)
+
+
+def _rounds(run: _Run) -> None:
     while True:
         batch = run.plan.next_round()
         if not batch:
             break
         if batch[0].phase == "confirmation":
             run.announce_choice()
-        run.round([request.trial(item.phase, item.label, item.seed) for item in batch])
+        run.round([run.request.trial(item.phase, item.label, item.seed) for item in batch])
+
+
+def _finish(run: _Run) -> TuneResult:
+    request, source, out = run.request, run.source, run.out
     run.announce_choice()
     advice = run.plan.advice()
     choice = run.plan.choice

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,10 @@ __all__ = [
     "run_stored_trials",
 ]
 
+UNREADABLE = (
+    "{trial} finished earlier but its stored predictions in {path} cannot be read ({error}); training it "
+    "again"
+)
 #: How often a line says which trials are still running (seconds).
 HEARTBEAT_SECONDS = 60.0
 
@@ -156,8 +161,17 @@ def run_stored_trials(
     todo: list[Trial] = []
     for trial in trials:
         if store.is_finished(trial):
+            try:
+                stored = store.read(trial)
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+                # Finished, but its predictions are gone or damaged: train it again, saying so.
+                store.forget(trial)
+                print(UNREADABLE.format(trial=trial.name, path=store.path(trial), error=_error_text(error)),
+                      file=out, flush=True)
+                todo.append(trial)
+                continue
             store.remember_labels(trial)
-            results[trial.key] = TrialResult(trial, store.read(trial), log=log(trial), reused=True)
+            results[trial.key] = TrialResult(trial, stored, log=log(trial), reused=True)
             print(f"reused {trial.name} (finished earlier)", file=out, flush=True)
         else:
             todo.append(trial)

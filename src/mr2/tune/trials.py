@@ -258,6 +258,10 @@ class TrialStore:
                                                     found=shown))
         return True
 
+    def forget(self, trial: Trial) -> None:
+        """Mark a trial unfinished (its record goes; the next run of the trial rewrites its files)."""
+        (self.path(trial) / TRIAL_RECORD).unlink(missing_ok=True)
+
     def check_labels(self, stored: StoredTrial, log: Path | None = None) -> None:
         """Every trial predicts the same samples: its ``y_true`` of each split equals the first trial's.
 
