@@ -11,7 +11,7 @@ import torch
 
 from mr2.methods.base import MethodContext
 from mr2.methods.registry import UNKNOWN_OPTIONS, build_method
-from mr2.methods.spec import LossSpecError
+from mr2.methods.spec import BAD_CLASS_COUNTS, LossSpecError
 from mr2.tune import Candidate, TuneInputError, candidates, loss_from_spec
 from mr2.tune.candidates import NO_NUM_CLASSES
 from mr2.tune.loss_spec import (
@@ -164,3 +164,18 @@ def test_the_spec_carries_k_so_loss_from_spec_needs_nothing_more():
 def test_feature_dim_is_bounded_before_anything_is_allocated(feature_dim):
     with pytest.raises(TuneInputError, match="feature_dim must be an integer from 1 to 1000000"):
         loss_from_spec({"method": "supcon", "options": {}}, K, feature_dim=feature_dim)
+
+
+@pytest.mark.parametrize(("counts", "problem"), [
+    ([10], "shape (1,)"),
+    ([10] * (K - 1) + [0], "counts below 1 for class(es) [4]"),
+    ([10] * (K - 1) + [-3], "counts below 1 for class(es) [4]"),
+    ([10.5] * K, "values that are not whole numbers"),
+    ("abc", "not numbers"),
+])
+def test_malformed_class_counts_are_refused_not_broadcast_or_clamped(counts, problem):
+    with pytest.raises(TuneInputError) as caught:
+        loss_from_spec({"method": "group_dro", "options": {"adjustment": 1.0}}, K, class_counts=counts)
+    assert str(caught.value) == BAD_CLASS_COUNTS.format(num_classes=K, problem=problem)
+    loss = loss_from_spec({"method": "group_dro", "options": {"adjustment": 1.0}}, K, class_counts=[4] * K)
+    assert loss.num_classes == K

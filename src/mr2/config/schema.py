@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -316,6 +317,13 @@ def build_dataclass(cls: type[_T], data: Any, path: str = "") -> _T:
     return result
 
 
+BAD_DEVICE = "device must be auto, cpu, cuda, cuda:N (a GPU index) or mps; got {value!r}"
+BEST_VAL_WITHOUT_VALIDATION = (
+    "select: best_val picks the checkpoint with the best validation accuracy, but data.val_fraction is 0 "
+    "(no validation split); set data.val_fraction above 0 or select: last"
+)
+
+
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Build and validate a :class:`RunConfig` from a nested mapping (e.g. parsed YAML).
 
@@ -324,6 +332,10 @@ def config_from_dict(data: dict[str, Any]) -> RunConfig:
         2
     """
     result: RunConfig = _build(RunConfig, data, "")
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,3})?", result.device):
+        raise ConfigError(BAD_DEVICE.format(value=result.device[:60]))
+    if result.select == "best_val" and result.data.val_fraction <= 0:
+        raise ConfigError(BEST_VAL_WITHOUT_VALIDATION)
     return result
 
 

@@ -56,6 +56,31 @@ class LossSpecError(MR2Error, ValueError):
     """A loss specification (or its use) is wrong; the message says what and how to fix it."""
 
 
+BAD_CLASS_COUNTS = (
+    "class_counts must be {num_classes} whole numbers >= 1 (the training samples of each class); got "
+    "{problem}"
+)
+
+
+def _checked_counts(value: Any, num_classes: int) -> torch.Tensor:
+    """``class_counts`` as an int64 tensor [K], every count a whole number >= 1: a length-1 list would be
+    broadcast and zeros or negatives clamped, so the loss would not be the one the counts describe."""
+    try:
+        counts = torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise LossSpecError(BAD_CLASS_COUNTS.format(num_classes=num_classes, problem="not numbers")) from None
+    problem = ""
+    if counts.shape != (num_classes,):
+        problem = f"shape {tuple(counts.shape)}"
+    elif not bool(torch.isfinite(counts).all()) or bool((counts != counts.round()).any()):
+        problem = "values that are not whole numbers"
+    elif bool((counts < 1).any()):
+        problem = f"counts below 1 for class(es) {torch.nonzero(counts < 1).flatten()[:10].tolist()}"
+    if problem:
+        raise LossSpecError(BAD_CLASS_COUNTS.format(num_classes=num_classes, problem=problem))
+    return counts.to(torch.int64)
+
+
 def loss_methods() -> tuple[str, ...]:
     """The methods a specification can name: those whose class is a plain loss."""
     from mr2.methods.registry import available_methods, method_class
@@ -279,7 +304,7 @@ def loss_from_spec(
     cls = method_class(name)
     if cls.needs_feature_dim and feature_dim is None:
         raise LossSpecError(NEEDS_FEATURE_DIM.format(name=name))
-    counts = None if class_counts is None else torch.as_tensor(class_counts)
+    counts = None if class_counts is None else _checked_counts(class_counts, int(num_classes))
     counted = cls.needs_class_counts or (name == "group_dro" and float(options.get("adjustment", 0.0)) > 0)
     if counted and counts is None:
         raise LossSpecError(_NEEDS_COUNTS.format(name=name))

@@ -11,6 +11,9 @@ from mr2.models.classifier import BackboneClassifier
 
 __all__ = ["MLP"]
 
+#: The widest hidden layer accepted (a 784 x 65,536 float32 layer is 0.2 GB; checked before allocating).
+MAX_WIDTH = 65_536
+_BAD_WIDTH = "hidden_dims must be integers from 1 to {maximum}; got {bad}"
 _NEEDS_HIDDEN_LAYER = "MLP needs at least one hidden layer, got hidden_dims={hidden_dims}"
 
 
@@ -40,6 +43,10 @@ class MLP(BackboneClassifier):
     ) -> None:
         if not hidden_dims:
             raise ValueError(_NEEDS_HIDDEN_LAYER.format(hidden_dims=hidden_dims))
+        bad = [w for w in hidden_dims
+               if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= MAX_WIDTH]
+        if bad:
+            raise ValueError(_BAD_WIDTH.format(maximum=MAX_WIDTH, bad=bad[:5]))
         layers: list[nn.Module] = [nn.Flatten()]
         previous = math.prod(input_shape)
         for width in hidden_dims:
