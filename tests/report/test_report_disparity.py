@@ -123,7 +123,7 @@ def test_tiers_fixed_by_reference() -> None:
 
 def test_missing_class_is_nan_with_warning() -> None:
     matrix = [[5, 5, 0], [0, 0, 0], [0, 2, 8]]
-    with pytest.warns(MissingClassWarning, match="1 of 3 classes have no test sample"):
+    with pytest.warns(MissingClassWarning, match="1 of 3 classes have no sample in the evaluated split"):
         report = DisparityReport(matrix)
     assert math.isnan(report.by_class[1])
     assert report.missing_classes.tolist() == [1]

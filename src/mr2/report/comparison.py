@@ -60,8 +60,9 @@ _BAD_TIER_ASSIGNMENT = (
 )
 _TIER_SOURCE_INVALID = "tier_source must be 'test' or 'validation', got {value!r}"
 _VALIDATION_MISSING = (
-    "tier_source='validation' needs the reference runs' validation results, but {run} has none in "
-    "final.json; use tier_source='test' or re-evaluate the reference with a validation split"
+    "tier_source='validation' needs the reference runs' validation results, but {run} has none (a run "
+    "directory's final.json without a validation section, or a predictions file, which holds one split); "
+    "use tier_source='test', or give run directories evaluated with a validation split"
 )
 
 

@@ -47,8 +47,8 @@ CONFUSION_EMPTY = "the confusion matrix counts no sample at all; nothing was eva
 _CLASS_NAMES_MISMATCH = "got {num_names} class names for {num_classes} classes"
 _DIFFERENCE_METHOD_INVALID = "method must be 'between_groups' or 'to_overall', got {method!r}"
 _MISSING_CLASSES_WARNING = (
-    "{count} of {total} classes have no test sample (class ids {ids}); their accuracy is NaN and they "
-    "are left out of every summary"
+    "{count} of {total} classes have no sample in the evaluated split (class ids {ids}); their accuracy is "
+    "NaN and they are left out of every summary"
 )
 
 

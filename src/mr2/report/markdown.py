@@ -6,6 +6,7 @@ through :func:`mr2.report.tables.escape_markdown`: a label cannot inject markdow
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,15 +62,30 @@ def missing_classes_line(comparison: Comparison) -> str | None:
 _FILES_NAMED = 6
 
 
+def _distinct_names(paths: Sequence[Path]) -> list[str]:
+    """The files' names, or, where two share a name (``trials/.../test.npz``), their paths below the
+    deepest folder they all share.
+
+    >>> _distinct_names([Path("t/erm/s0/test.npz"), Path("t/m/s0/test.npz")])
+    ['erm/s0/test.npz', 'm/s0/test.npz']
+    """
+    names = [path.name for path in paths]
+    if len(set(names)) == len(names):
+        return names
+    common = Path(os.path.commonpath([str(path.absolute().parent) for path in paths]))
+    return [str(path.absolute().relative_to(common)) for path in paths]
+
+
 def _source(comparison: Comparison) -> str:
     """What the runs were evaluated on: the data set's name, else the predictions files' names."""
     runs = [run for summary in comparison.methods for run in summary.runs]
     if runs[0].dataset:
         return runs[0].dataset
     # A run read from a predictions file has a path and no run configuration.
-    files = [run.path.name for run in runs if run.path is not None and run.config is None]
-    if not files or len(files) != len(runs):
+    paths = [run.path for run in runs if run.path is not None and run.config is None]
+    if not paths or len(paths) != len(runs):
         return "unknown data set"
+    files = _distinct_names(paths)
     shown = ", ".join(files[:_FILES_NAMED])
     if len(files) > _FILES_NAMED:
         shown += f" and {len(files) - _FILES_NAMED} more"
