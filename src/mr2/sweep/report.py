@@ -26,7 +26,7 @@ from mr2.report import DisparityReport, ReportOutput, RunRecord, load_run, write
 from mr2.report.exceptions import MissingClassWarning, ReportError
 from mr2.report.html import add_section
 from mr2.report.statistics import mean_std
-from mr2.report.tables import Cell, Table
+from mr2.report.tables import Cell, Table, format_percent
 from mr2.sweep.plan import RunPoint
 from mr2.sweep.runner import RunOutcome
 from mr2.sweep.selection import Selection, SettingScore, select_settings
@@ -90,15 +90,11 @@ def load_finished_runs(points: Sequence[RunPoint]) -> tuple[dict[str, RunRecord]
     return runs, errors
 
 
-def _percent(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100 * value:.2f}"
-
-
 def _mean_cell(values: list[float]) -> str:
     mean, std, n = mean_std(values)
     if n == 0:
         return "n/a"
-    return _percent(mean) + ("" if math.isnan(std) else f" ± {100 * std:.2f}")
+    return format_percent(mean) + ("" if math.isnan(std) else f" ± {100 * std:.2f}")
 
 
 def _test_values(score: SettingScore, output: ReportOutput, bottom_fraction: float) -> dict[str, list[float]]:
@@ -355,5 +351,5 @@ def selection_summary(report: SweepReport) -> str:
         chosen = report.selection.selected(label)
         if chosen is not None:
             parts.append(f"{label}: {chosen.setting_name} ({report.selection.select_by} "
-                         f"{_percent(chosen.mean)})")
+                         f"{format_percent(chosen.mean)})")
     return "\n".join(parts)

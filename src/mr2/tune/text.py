@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from mr2.report.tables import format_percent
 from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice
 from mr2.tune.verdict import MAX_SEEDS, NOTHING_TO_CONFIRM, Verdict
 
@@ -49,10 +50,6 @@ _COLUMN = {
     "worst_class": "validation worst-class accuracy",
     "overall": "validation overall accuracy",
 }
-
-
-def _percent(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100 * value:.2f}"
 
 
 def _points(value: float) -> str:
@@ -103,8 +100,9 @@ def choice_table(choice: Choice) -> str:
         eligible = "reference" if score.label == choice.reference else (
             "yes" if score.eligible else f"no: {score.reason}")
         lines.append(
-            f"| {name}{mark} | {len(score.runs)} | {_percent(score.mean)} ± {_percent(score.se)} | "
-            f"{_percent(score.overall_mean)} ± {_percent(score.overall_se)} | {eligible} |"
+            f"| {name}{mark} | {len(score.runs)} | {format_percent(score.mean)} ± "
+            f"{format_percent(score.se)} | {format_percent(score.overall_mean)} ± "
+            f"{format_percent(score.overall_se)} | {eligible} |"
         )
     return "\n".join(lines)
 
@@ -188,18 +186,18 @@ def verdict_lines(verdict: Verdict) -> list[str]:
     ref_sd = math.sqrt(sum((v - ref_hard) ** 2 for v in verdict.reference_hard) / (n - 1))
     lines = [
         f"  ERM's test hard tier (classes {classes}, ranked on ERM's validation accuracies): "
-        f"{_percent(ref_hard)}% ± {_percent(ref_sd / math.sqrt(n))} (seed SE over {n} seeds)",
+        f"{format_percent(ref_hard)}% ± {format_percent(ref_sd / math.sqrt(n))} (seed SE over {n} seeds)",
     ]
     if verdict.outcome == NOTHING_TO_CONFIRM:
         return lines
     lines += [
         f"  {verdict.chosen} minus ERM, test hard tier: {_points(verdict.mean_difference)} "
-        f"points (mean of the per-seed differences ± SD {_percent(verdict.sd_difference)} over {n} "
+        f"points (mean of the per-seed differences ± SD {format_percent(verdict.sd_difference)} over {n} "
         f"seeds); one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain, "
         f"p = {_p(verdict.p_less)} for a loss",
         f"  {verdict.chosen} minus ERM, test overall accuracy: {_points(verdict.overall_change)} points "
         f"(mean over {n} seeds); the cost allowed is ERM's seed SE of overall accuracy over {n} seeds, "
-        f"{_percent(verdict.reference_overall_se)} points",
+        f"{format_percent(verdict.reference_overall_se)} points",
     ]
     return lines
 
