@@ -10,7 +10,8 @@ run:
   per-class scalars, and a second loop over the classes for the pairwise representation term.
 - ``mr2 released``: ``ReleasedMR2Loss.from_variant("released", K)``, the same arithmetic, vectorised. Its
   loss is checked against the loop before timing, so the two columns time equal computations.
-- ``mr2 paper``: ``MR2Loss(K)``, the default (paper) configuration.
+- ``mr2 paper``: ``MR2Loss.from_variant("paper", K)``, the paper's formula (distance temperature T = 1;
+  ``MR2Loss(K)``'s default is T = d since issue 39, at the same cost).
 - ``floor``: what any loss of this kind costs at least: cross-entropy forward + backward on the same
   logits plus ONE scatter (``index_add_``) of the features into a [K, d] buffer.
 
@@ -207,7 +208,7 @@ def build_losses(num_classes: int) -> dict[str, nn.Module]:
         "mr2 released": ReleasedMR2Loss.from_variant(
             "released", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP
         ),
-        "mr2 paper": MR2Loss(num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
+        "mr2 paper": MR2Loss.from_variant("paper", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
         "floor": FloorLoss(num_classes),
     }
     return {name: loss.to(DEVICE) for name, loss in losses.items()}
@@ -423,7 +424,7 @@ def breakdown(size: Size, *, repeats: int = 41, seed: int = 0) -> dict[str, tupl
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    loss_fn = MR2Loss.from_variant("paper", size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
     batches = make_batches(size, BATCH_POOL, seed)
     for i in range(5):
         training_step(loss_fn, batches[i % BATCH_POOL])
@@ -462,7 +463,7 @@ def profile_ops(
     """
     from torch.profiler import ProfilerActivity, profile
 
-    loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    loss_fn = MR2Loss.from_variant("paper", size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
     batches = make_batches(size, BATCH_POOL, seed)
     for i in range(10):
         training_step(loss_fn, batches[i % BATCH_POOL])
