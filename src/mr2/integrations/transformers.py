@@ -40,7 +40,7 @@ with needs_extra("mr2.integrations.transformers", "transformers", "transformers"
 
 from mr2.losses.mr2 import MR2Loss
 from mr2.metrics.classwise_disparity import ClasswiseDisparity
-from mr2.models.feature_capture import HEAD_NOT_CALLED, head_module
+from mr2.models.feature_capture import HeadInput, head_module
 from mr2.report.tiers import TierSplit
 
 __all__ = ["ClassifierForTrainer", "DisparityMetrics", "MR2ComputeLoss", "MR2StatisticsCallback"]
@@ -83,26 +83,18 @@ class ClassifierForTrainer(nn.Module):
         self.model = model
         self.criterion = criterion
         self.head_name, head_layer = head_module(model, head)
-        self._captured: torch.Tensor | None = None
-        head_layer.register_forward_pre_hook(self._capture)
-
-    def _capture(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        self._captured = args[0]
+        self._features = HeadInput(head_layer, self.head_name)  # ClassifierWithFeatures' capture
 
     def forward(
         self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
         """``labels`` is accepted (and ignored) so that the Trainer finds the label column; the loss
         is computed by :class:`MR2ComputeLoss`."""
-        self._captured = None
-        output = self.model(pixel_values)
-        features, self._captured = self._captured, None
-        if features is None:
-            raise RuntimeError(HEAD_NOT_CALLED.format(name=self.head_name))
+        output, features = self._features.run(self.model, pixel_values)
         logits = getattr(output, "logits", output)
         if isinstance(logits, (tuple, list)):
             logits = logits[0]
-        return {"logits": logits, "features": features.flatten(1)}
+        return {"logits": logits, "features": features}
 
 
 class MR2ComputeLoss:

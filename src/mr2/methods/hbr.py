@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from mr2 import distributed
-from mr2.checks import check_num_classes, is_number
+from mr2.checks import is_number
 from mr2.errors import check_choice, listed
 from mr2.functional.representation_baselines import hardness_resampling_counts, hbr_class_sample_counts
 from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import MethodConfigError, register_method
-from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, check_stage1_option, resolve_stage1
+from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, resolve_stage1
 from mr2.report.margins import logit_margins
 
 __all__ = ["HBR"]
@@ -93,23 +93,19 @@ class HBR(TwoStageReset, TrainingMethod):
         estimator: Estimator = "aum",
     ) -> None:
         super().__init__()
-        self.num_classes = check_num_classes(num_classes)
-        check_stage1_option("hbr", stage1_epochs, MethodConfigError)
+        self.init_stages(num_classes, stage1_epochs, MethodConfigError)
         if not is_number(alpha) or not alpha >= 1:
             raise MethodConfigError(BAD_ALPHA.format(value=alpha))
         check_choice(oversampling, Oversampling, BAD_OVERSAMPLING, MethodConfigError)
         check_choice(undersampling, Undersampling, BAD_UNDERSAMPLING, MethodConfigError)
         check_choice(estimator, Estimator, BAD_ESTIMATOR, MethodConfigError)
         self.estimator: Estimator = estimator
-        self.requested_stage1_epochs = stage1_epochs
-        self.stage1_epochs = stage1_epochs or 1
         self.alpha = float(alpha)
         self.oversampling: Oversampling = oversampling
         self.undersampling: Undersampling = undersampling
         self.register_buffer("aum_sum", torch.zeros(0, dtype=torch.float64))
         self.register_buffer("aum_count", torch.zeros(0, dtype=torch.int64))
         self.register_buffer("multiplicity", torch.zeros(0, dtype=torch.int64))
-        self.register_buffer("frozen", torch.zeros((), dtype=torch.bool))
         self.register_buffer("class_hardness", torch.zeros(num_classes, dtype=torch.float64))
         # This epoch's records on this rank (folded into aum_sum / aum_count at its end).
         self.register_buffer("epoch_sum", torch.zeros(0, dtype=torch.float64), persistent=False)

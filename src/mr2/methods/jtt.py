@@ -7,12 +7,12 @@ from typing import Any, Literal
 import torch
 
 from mr2 import distributed
-from mr2.checks import MR2InputError, check_num_classes, is_int
+from mr2.checks import MR2InputError, is_int
 from mr2.errors import MR2Error, check_choice, either
 from mr2.functional.baselines import jtt_upsampled_indices
 from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
-from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, check_stage1_option, resolve_stage1
+from mr2.methods.stages import NO_INDEX, STAGE2_TOO_EARLY, TwoStageReset, resolve_stage1
 
 __all__ = ["EMPTY_ERROR_SET", "JTT", "EmptyErrorSetError"]
 
@@ -87,17 +87,14 @@ class JTT(TwoStageReset, TrainingMethod):
         error_source: ErrorSource = "train_mode",
     ) -> None:
         super().__init__()
-        self.num_classes = check_num_classes(num_classes)
+        self.init_stages(num_classes, stage1_epochs, MR2InputError)
         if not is_int(lambda_up) or lambda_up < 0:
             raise MR2InputError(_BAD_LAMBDA_UP.format(value=lambda_up))
         check_choice(error_source, ErrorSource, _BAD_SOURCE, MR2InputError)
-        self.requested_stage1_epochs = check_stage1_option("jtt", stage1_epochs, MR2InputError)
-        self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
         self.lambda_up = lambda_up
         self.error_source: ErrorSource = error_source
         self.register_buffer("errors", torch.zeros(0, dtype=torch.bool))
         self.register_buffer("checked", torch.zeros(0, dtype=torch.bool))
-        self.register_buffer("frozen", torch.zeros((), dtype=torch.bool))
         # Recording counters of the current stage-1 epoch (not checkpointed: reset at its start).
         self.register_buffer("wrong_count", torch.zeros(0, dtype=torch.int32), persistent=False)
         self.register_buffer("seen_count", torch.zeros(0, dtype=torch.int32), persistent=False)

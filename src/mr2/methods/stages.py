@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from mr2.checks import is_int
+from mr2.checks import check_num_classes, is_int
 
 __all__ = [
     "BAD_STAGE1_VALUE",
@@ -44,6 +44,19 @@ class TwoStageReset:
     engine resets once), signalled by the method's 0-dim bool buffer ``frozen``."""
 
     frozen: torch.Tensor
+    name: str
+    num_classes: int
+    requested_stage1_epochs: int | None
+    stage1_epochs: int
+
+    def init_stages(self, num_classes: int, stage1_epochs: int | None, error: type[Exception]) -> None:
+        """What every two-stage method sets first: K (checked), the requested first-stage length
+        ``stage1_epochs`` (None, or an integer >= 1: checked, resolved against the run's epochs in
+        ``setup``) and the ``frozen`` flag buffer (stage 1 over)."""
+        self.num_classes = check_num_classes(num_classes)
+        self.requested_stage1_epochs = check_stage1_option(self.name, stage1_epochs, error)
+        self.stage1_epochs = stage1_epochs if stage1_epochs is not None else 1
+        self.register_buffer("frozen", torch.zeros((), dtype=torch.bool))  # type: ignore[attr-defined]
 
     def wants_model_reset(self) -> bool:
         """True from the end of stage 1 on (the engine resets once); reads one flag (host sync)."""

@@ -7,7 +7,12 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ClassifierWithFeatures", "find_classifier", "head_module"]
+__all__ = [
+    "ClassifierWithFeatures",
+    "HeadInput",
+    "find_classifier",
+    "head_module",
+]
 
 _NO_LINEAR_HEAD = (
     "could not find the final linear layer of {model}: pass head='<module name>' (e.g. 'fc' for "
@@ -60,6 +65,36 @@ def head_module(model: nn.Module, head: str | None = None) -> tuple[str, nn.Modu
     return name, modules[name]
 
 
+class HeadInput:
+    """The input of a classifier's head on the last forward pass, captured by a forward pre-hook: the
+    one mechanism behind :class:`ClassifierWithFeatures` and the integrations' wrappers.
+
+    :meth:`run` calls the model and returns its output with the captured features, flattened to
+    [B, d]; the capture is cleared before and after, so a stale tensor is never returned.
+    """
+
+    def __init__(self, head: nn.Module, name: str) -> None:
+        self.name = name
+        self._captured: torch.Tensor | None = None
+        head.register_forward_pre_hook(self._capture)
+
+    def _capture(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        self._captured = args[0]
+
+    def run(self, model: nn.Module, *args: Any, **kwargs: Any) -> tuple[Any, torch.Tensor]:
+        """``(model(*args, **kwargs), features [B, d])``.
+
+        Raises:
+            RuntimeError: the forward pass did not call the head.
+        """
+        self._captured = None
+        output = model(*args, **kwargs)
+        features, self._captured = self._captured, None
+        if features is None:
+            raise RuntimeError(HEAD_NOT_CALLED.format(name=self.name))
+        return output, features.flatten(1)
+
+
 class ClassifierWithFeatures(nn.Module):
     """Wrap a classifier so that ``forward(x)`` returns ``(logits, features)``.
 
@@ -83,16 +118,8 @@ class ClassifierWithFeatures(nn.Module):
         super().__init__()
         self.model = model
         self.head_name, self.head = head_module(model, head)
-        self._captured: torch.Tensor | None = None
-        self.head.register_forward_pre_hook(self._capture)
-
-    def _capture(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        self._captured = args[0]
+        self._features = HeadInput(self.head, self.head_name)
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        self._captured = None
-        logits = self.model(*args, **kwargs)
-        features, self._captured = self._captured, None
-        if features is None:
-            raise RuntimeError(HEAD_NOT_CALLED.format(name=self.head_name))
-        return logits, features.flatten(1)
+        logits, features = self._features.run(self.model, *args, **kwargs)
+        return logits, features

@@ -280,19 +280,7 @@ def write_sweep_report(
     if not any(run.method == spec.reference for run in selected):
         raise SweepReportError(_NO_REFERENCE_RUN.format(reference=spec.reference))
     options = spec.report
-    output = write_report(
-        selected,
-        directory,
-        reference=spec.reference,
-        num_tiers=options.tiers,
-        tier_source=options.tier_source,
-        bottom_fraction=options.bottom_fraction,
-        alpha=options.alpha,
-        bootstrap_resamples=options.bootstrap,
-        plots=options.plots if plots is None else plots,
-        tier_assignment=None if options.tier_assignment is None else tuple(options.tier_assignment),
-        tiers_ranked_by=None if options.tier_assignment is None else "the sweep's report.tier_assignment",
-    )
+    output = write_report(selected, directory, options.settings(reference=spec.reference, plots=plots))
     failed = [o for o in outcomes if o.status == "failed"]
     atomic_write_json(directory / "selection.json", selection.to_dict())
     rows = _setting_rows(selection, output, options.bottom_fraction)

@@ -54,6 +54,7 @@ from mr2.config.paths import get_dotted
 from mr2.config.schema import MAX_SEED, build_dataclass
 from mr2.config.shown import Shown, shown
 from mr2.errors import MR2Error
+from mr2.report.settings import ReportSettings
 from mr2.sweep.launcher import LauncherOptions, launcher_from_dict
 from mr2.value_types import is_int
 
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_RUNS",
     "MAX_SEEDS",
     "MAX_WORKERS",
+    "RESERVED_KEYS",
     "SELECT_BY",
     "MethodEntry",
     "ReportOptions",
@@ -112,7 +114,8 @@ MAX_BOOTSTRAP = 100_000
 SELECT_BY = ("val_accuracy", "val_worst_class")
 
 #: Run-config keys the sweep sets for every point; a spec must not set them.
-_RESERVED = ("name", "seed", "output_dir")
+#: Run-configuration keys the sweep sets per run (a run's name, seed and output directory).
+RESERVED_KEYS = ("name", "seed", "output_dir")
 _LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -133,6 +136,21 @@ class ReportOptions:
     #: Fixed tiers, one index per class (0 = easiest, -1 = unranked), instead of ranking the reference
     #: runs (``tiers`` and ``tier_source`` then unused); checked against K when the report is written.
     tier_assignment: list[int] | None = None
+
+    def settings(self, *, reference: str, plots: bool | None = None) -> ReportSettings:
+        """The report's settings (:class:`mr2.report.settings.ReportSettings`) this section describes,
+        for ``reference``; ``plots`` overrides the section's."""
+        return ReportSettings(
+            reference=reference,
+            num_tiers=self.tiers,
+            tier_source=self.tier_source,
+            bottom_fraction=self.bottom_fraction,
+            alpha=self.alpha,
+            bootstrap_resamples=self.bootstrap,
+            plots=self.plots if plots is None else plots,
+            tier_assignment=None if self.tier_assignment is None else tuple(self.tier_assignment),
+            tiers_ranked_by=None if self.tier_assignment is None else "the sweep's report.tier_assignment",
+        )
 
 
 @dataclass
@@ -306,7 +324,7 @@ def _split_settings(settings: dict[str, Any], path: str) -> tuple[dict[str, Any]
         key_path = f"{path}.{key}"
         if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
             raise _wrong(key_path, "a dotted config key like optim.lr", key)
-        if key in _RESERVED:
+        if key in RESERVED_KEYS:
             raise SweepSpecError(_RESERVED_KEY.format(path=key_path, key=key))
         if isinstance(value, list):
             if not value:
@@ -369,7 +387,7 @@ def _load_base(raw: _SweepFile, source: Path | None) -> dict[str, Any]:
         config_from_dict(base)  # with its own name, seed and output_dir, checked like any run config
     except ConfigError as error:
         raise SweepSpecError(_BASE_INVALID.format(error=error)) from error
-    for key in _RESERVED:  # a run configuration names its run, seed and output: the sweep sets them per run
+    for key in RESERVED_KEYS:  # a run configuration names its run, seed and output: the sweep sets them
         base.pop(key, None)
     if not isinstance(raw.required, list) or not all(isinstance(k, str) for k in raw.required):
         raise _wrong("required", "a list of dotted keys", raw.required)

@@ -32,6 +32,7 @@ from mr2.sweep.plan import RunPoint
 from mr2.sweep.processes import default_workers
 from mr2.sweep.run import prepare_sweep
 from mr2.sweep.runner import run_points
+from mr2.sweep.spec import RESERVED_KEYS
 from mr2.tune.candidates import REFERENCE_LABEL
 from mr2.tune.errors import TuneInputError
 from mr2.tune.request import TuneRequest
@@ -74,7 +75,7 @@ def _gpus(device: str) -> int:
 
 def _base(config: RunConfig) -> dict[str, Any]:
     base = config_to_dict(config)
-    for key in ("name", "seed", "output_dir"):
+    for key in RESERVED_KEYS:  # the sweep sets them per run
         base.pop(key)
     base["method"] = {"name": REFERENCE_LABEL, "options": {}}
     return base
