@@ -27,6 +27,7 @@ from typing import Any
 from torch import nn
 
 from mr2.extras import needs_extra
+from mr2.statistics.accumulation import apply_accumulation, begin_accumulation, end_accumulation
 
 with needs_extra("mr2.integrations.lightning", "lightning", "lightning"):
     import lightning.pytorch as pl
@@ -91,21 +92,15 @@ class MR2StatisticsCallback(pl.Callback):
             self._warned = True
             message = NO_STATISTICS.format(module=type(pl_module).__name__)
             warnings.warn(message, NoStatisticsWarning, stacklevel=2)
-        for stats in found:
-            if defer:
-                stats.check_deferrable()
-            stats.deferred = defer
+        begin_accumulation(found, defer=defer)
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
     ) -> None:
-        for stats in statistics_modules(pl_module):
-            stats.apply_accumulated()
+        apply_accumulation(statistics_modules(pl_module))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for stats in statistics_modules(pl_module):
-            stats.apply_accumulated()
-            stats.deferred = False
+        end_accumulation(statistics_modules(pl_module))
 
 
 def log_mr2_parts(

@@ -42,6 +42,7 @@ from mr2.losses.mr2 import MR2Loss
 from mr2.metrics.classwise_disparity import ClasswiseDisparity
 from mr2.models.feature_capture import HeadInput, head_module
 from mr2.report.tiers import TierSplit
+from mr2.statistics.accumulation import apply_accumulation, begin_accumulation, end_accumulation
 
 __all__ = ["ClassifierForTrainer", "DisparityMetrics", "MR2ComputeLoss", "MR2StatisticsCallback"]
 
@@ -145,16 +146,13 @@ class MR2StatisticsCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         defer = args.gradient_accumulation_steps > 1 if self.defer is None else self.defer
-        if defer:
-            self.statistics.check_deferrable()
-        self.statistics.deferred = defer
+        begin_accumulation([self.statistics], defer=defer)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.statistics.apply_accumulated()
+        apply_accumulation([self.statistics])
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.statistics.apply_accumulated()
-        self.statistics.deferred = False
+        end_accumulation([self.statistics])
 
 
 class DisparityMetrics:
