@@ -14,9 +14,15 @@ import numpy as np
 import pytest
 
 from mr2.tune import Candidate, Predictions, TrialError, TrialPredictions, TuneInputError, tune
-from mr2.tune.api import NOT_CALLABLE, OUTPUT_IS_FILE
+from mr2.tune.api import NOT_CALLABLE
 from mr2.tune.design import Plan
-from mr2.tune.request import BAD_CANDIDATES, BAD_NUM_CLASSES, ENGINE_ONLY_CANDIDATE, make_request
+from mr2.tune.request import (
+    BAD_CANDIDATES,
+    BAD_NUM_CLASSES,
+    ENGINE_ONLY_CANDIDATE,
+    OUTPUT_IS_FILE,
+    make_request,
+)
 from mr2.tune.selection import TuneSelectionError, ValidationFigures, choose
 from mr2.tune.trials import STALE_TRIAL, WRONG_TYPE, Y_TRUE_DIFFERS
 from mr2.tune.verdict import seed_figures

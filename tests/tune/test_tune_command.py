@@ -28,7 +28,7 @@ from mr2.tune.command import (
     interpreter_warning,
 )
 from mr2.tune.driver import TUNE_LOCKED, describe
-from mr2.tune.request import make_request
+from mr2.tune.request import OUTPUT_IS_FILE, make_request
 
 assert NO_PREDICTIONS.startswith("trial {trial}: the command wrote no predictions: {path} is missing")
 
@@ -419,3 +419,13 @@ def test_a_python_that_cannot_import_mr2_is_warned_about(tmp_path, capsys):
     assert main(["tune", "--command", command, "--num-classes", "6", "--output-dir", str(tmp_path / "o"),
                  "--dry-run"]) == 0
     assert warning in capsys.readouterr().err
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_any_trial(tmp_path, capsys):
+    """Issue 39: it used to fail at the first trial with an impossible log path."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    code = main(["tune", "--command", COMMAND, "--num-classes", "6", "--output-dir", str(a_file)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"mr2 tune: error: {OUTPUT_IS_FILE.format(path=a_file)}\n"
+    assert a_file.read_text() == "mine"

@@ -18,13 +18,12 @@ from mr2.tune.request import make_request
 from mr2.tune.source import FunctionSource
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore
 
-__all__ = ["NOT_CALLABLE", "NO_SUBMIT", "OUTPUT_IS_FILE", "tune"]
+__all__ = ["NOT_CALLABLE", "NO_SUBMIT", "tune"]
 
 NOT_CALLABLE = "train_fn must be callable as train_fn(candidate, seed); got {kind}"
 NO_SUBMIT = (
     "executor must have submit(fn, *args) (a concurrent.futures.Executor or a submitit executor); got {kind}"
 )
-OUTPUT_IS_FILE = "output_dir {path} is a file; give a directory (it is created if missing)"
 
 
 def _train(train_fn: Callable[[Candidate, int], Any], trial: Trial) -> Any:
@@ -100,8 +99,6 @@ def tune(
         raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
-    if Path(output_dir).is_file():
-        raise TuneInputError(OUTPUT_IS_FILE.format(path=output_dir))
     request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
                            confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
                            name=name, class_names=class_names, design=design)

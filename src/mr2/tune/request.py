@@ -33,6 +33,7 @@ __all__ = [
     "ENGINE_ONLY_CANDIDATE",
     "MAX_CLASSES",
     "MAX_SEEDS",
+    "OUTPUT_IS_FILE",
     "OVERLAPPING_SEEDS",
     "TOO_FEW_SEEDS",
     "TOO_MANY_SEEDS",
@@ -68,6 +69,7 @@ ENGINE_ONLY_CANDIDATE = (
     "candidate {label!r} ({method}) needs mr2's engine (a two-stage procedure); with training code of "
     "your own the candidates must be losses (mr2.methods.spec.loss_methods()); use mr2 tune --config"
 )
+OUTPUT_IS_FILE = "{path} is a file; the tune directory goes there: give another --output-dir or --name"
 _BAD_CLASS_NAMES = "class_names must be {num_classes} distinct non-empty strings; got {problem}"
 
 
@@ -238,6 +240,9 @@ def make_request(
     else:
         chosen, set_name = _custom_candidates(candidates), "custom"
     check_name(name, "name", TuneInputError)
+    if Path(output_dir).is_file() or (Path(output_dir) / name).is_file():
+        raise TuneInputError(OUTPUT_IS_FILE.format(path=Path(output_dir) if Path(output_dir).is_file()
+                                                   else Path(output_dir) / name))
     selection = parse_seeds(seeds, "--seeds", max(design.selection_looks or (3,)))
     confirmation = parse_seeds(confirm_seeds, "--confirm-seeds", max(design.confirmation_looks or (3,)),
                                start=max(selection) + 1)
