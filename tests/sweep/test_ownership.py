@@ -167,7 +167,7 @@ def test_a_run_directory_owned_by_another_process_is_left_alone(tmp_path):
     with RunLock(owned.run_dir):  # as a trainer of another sweep would hold it
         outcomes = run_points([owned, free], workers=1, stream=out)
     assert [o.status for o in outcomes] == ["running", "done"]
-    message = IN_USE.format(pid=os.getpid(), run_dir=owned.run_dir)
+    message = IN_USE.format(process=f"process {os.getpid()}", run_dir=owned.run_dir)
     assert outcomes[0].message == message
     assert f"running elsewhere {owned.name}: {message}" in out.getvalue()
     directory = RunDirectory(owned.run_dir)
@@ -227,3 +227,12 @@ def test_a_subprocess_trainer_outlives_the_thread_that_started_it_but_not_the_sw
             parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+def test_a_lock_that_names_no_pid_is_another_process_not_process_minus_1():
+    """Issue 38: a lock file without a pid made the sweep print 'process -1 owns ...'."""
+    from mr2.sweep.runner import _process
+
+    assert _process(-1) == "another process (its lock file names no pid)"
+    assert _process(4242) == "process 4242"
+    assert "-1" not in IN_USE.format(process=_process(-1), run_dir="RUN")

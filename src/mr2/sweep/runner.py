@@ -64,14 +64,20 @@ _STALE_RUN = (
     "that directory to re-run it, or give the sweep another name / output_dir"
 )
 IN_USE = (
-    "not started: process {pid} owns {run_dir} (another sweep or `mr2 train` is training it); "
+    "not started: {process} owns {run_dir} (another sweep or `mr2 train` is training it); "
     "re-run the sweep once it has ended to include the run"
 )
 _WAITING = (
-    "waiting for {name}: process {pid} owns {run_dir} (another sweep or `mr2 train` is training it); "
+    "waiting for {name}: {process} owns {run_dir} (another sweep or `mr2 train` is training it); "
     "its result is used once it ends"
 )
 FINISHED_ELSEWHERE = "finished by another process"
+
+
+def _process(pid: int) -> str:
+    """``process N``, or ``another process`` when the lock names no pid (``-1``, see
+    :func:`mr2.rundir.lock_holder`)."""
+    return f"process {pid}" if pid > 0 else "another process (its lock file names no pid)"
 _NO_FINAL = "the run ended with exit code 0 but wrote no final.json"
 _STOPPED = "stopped: the sweep was interrupted (it resumes from its checkpoint)"
 _NOT_STARTED = "not started: the sweep was interrupted"
@@ -141,7 +147,8 @@ def _in_use(point: RunPoint) -> RunOutcome | None:
     holder = point.directory.holder()
     if holder is None:
         return None
-    return RunOutcome(point, "running", message=IN_USE.format(pid=holder, run_dir=point.run_dir))
+    message = IN_USE.format(process=_process(holder), run_dir=point.run_dir)
+    return RunOutcome(point, "running", message=message)
 
 
 def _finished_outcome(point: RunPoint, message: str) -> RunOutcome:
@@ -168,7 +175,8 @@ def _train(pool: TrainerPool, point: RunPoint, waiting: Callable[[RunPoint, int]
         holder = point.directory.holder()
         if holder is not None:
             if holder == os.getpid():  # cannot be waited for: this process would never let go
-                return RunOutcome(point, "running", message=IN_USE.format(pid=holder, run_dir=point.run_dir))
+                message = IN_USE.format(process=_process(holder), run_dir=point.run_dir)
+                return RunOutcome(point, "running", message=message)
             waiting(point, holder)
             if not _wait_released(point, pool.stopping):
                 return RunOutcome(point, "failed", message=_NOT_STARTED)
@@ -277,7 +285,8 @@ def run_points(
             if point.name in announced:
                 return
             announced.add(point.name)
-        print(_WAITING.format(name=point.name, pid=pid, run_dir=point.run_dir), file=out, flush=True)
+        print(_WAITING.format(name=point.name, process=_process(pid), run_dir=point.run_dir), file=out,
+              flush=True)
 
     def report(outcome: RunOutcome, text: str) -> None:
         nonlocal counter
