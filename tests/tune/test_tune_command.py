@@ -429,3 +429,13 @@ def test_an_output_dir_that_is_a_file_is_refused_before_any_trial(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2 and err == f"mr2 tune: error: {OUTPUT_IS_FILE.format(path=a_file)}\n"
     assert a_file.read_text() == "mine"
+
+
+def test_a_k_whose_confirmation_report_cannot_fit_is_refused_before_any_trial(tmp_path, capsys):
+    """Issue 38: --num-classes 100000 ran every trial, then failed on an 80 GB allocation."""
+    code = main(["tune", "--command", COMMAND, "--num-classes", "100000", "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("mr2 tune: error: num_classes 100000: the confirmation report would hold 45 trials'")
+    assert "more than this process can allocate now" in err
+    assert not (tmp_path / "o").exists()

@@ -120,7 +120,7 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
     from mr2.config import load_config
     from mr2.tune import TuneInputError
     from mr2.tune.engine_source import engine_source
-    from mr2.tune.request import make_request
+    from mr2.tune.request import check_report_memory, make_request
 
     for flag, value in (("--num-classes", args.num_classes), ("--class-names", args.class_names),
                         ("--trial-timeout", args.trial_timeout)):
@@ -142,7 +142,10 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
         return None
     source.preflight()
     classes = source.num_classes()
-    return (request if classes is None else request.with_num_classes(classes)), source
+    if classes is None:
+        return request, source
+    check_report_memory(request, classes)
+    return request.with_num_classes(classes), source
 
 
 def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:

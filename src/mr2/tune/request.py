@@ -35,10 +35,12 @@ __all__ = [
     "MAX_SEEDS",
     "OUTPUT_IS_FILE",
     "OVERLAPPING_SEEDS",
+    "REPORT_TOO_LARGE",
     "TOO_FEW_SEEDS",
     "TOO_MANY_SEEDS",
     "UNKNOWN_CRITERION",
     "TuneRequest",
+    "check_report_memory",
     "make_request",
     "parse_seeds",
 ]
@@ -68,6 +70,11 @@ BAD_CANDIDATES = (
 ENGINE_ONLY_CANDIDATE = (
     "candidate {label!r} ({method}) needs mr2's engine (a two-stage procedure); with training code of "
     "your own the candidates must be losses (mr2.methods.spec.loss_methods()); use mr2 tune --config"
+)
+REPORT_TOO_LARGE = (
+    "num_classes {k}: the confirmation report would hold {trials} trials' test and validation K x K "
+    "confusion matrices, {size}, more than this process can allocate now ({free}); use fewer "
+    "--confirm-seeds, or free memory"
 )
 OUTPUT_IS_FILE = "{path} is a file; the tune directory goes there: give another --output-dir or --name"
 _BAD_CLASS_NAMES = "class_names must be {num_classes} distinct non-empty strings; got {problem}"
@@ -124,6 +131,25 @@ class TuneRequest:
         """The request with K known (set on every candidate too)."""
         return replace(self, num_classes=num_classes,
                        candidates=[replace(c, num_classes=num_classes) for c in self.candidates])
+
+
+def check_report_memory(request: TuneRequest, num_classes: int) -> None:
+    """Refuse a K whose confirmation report cannot fit in memory, before any trial runs: the report
+    holds a test and a validation K x K int64 confusion matrix per confirmation trial (at most
+    ``(contenders + 1) x confirmation seeds`` of them).
+
+    Raises:
+        TuneInputError: the matrices would take more than this process can allocate now
+            (:func:`mr2.report.limits.allocatable_bytes`; unknown: no check).
+    """
+    from mr2.report.limits import allocatable_bytes, confusion_bytes, format_bytes
+
+    trials = (request.design.contenders + 1) * len(request.confirm_seeds)
+    needed = 2 * trials * confusion_bytes(num_classes)
+    free = allocatable_bytes()
+    if free is not None and needed > free:
+        raise TuneInputError(REPORT_TOO_LARGE.format(k=num_classes, trials=trials, size=format_bytes(needed),
+                                                     free=format_bytes(free)))
 
 
 def parse_seeds(value: str | int | Sequence[int] | None, flag: str, default: int,
@@ -252,4 +278,7 @@ def make_request(
                                                       common=common))
     request = TuneRequest(chosen, set_name, selection, confirmation, criterion, str(output_dir), name,
                           class_names=_class_names(class_names, num_classes), design=design)
-    return request if num_classes is None else request.with_num_classes(int(num_classes))
+    if num_classes is None:
+        return request
+    check_report_memory(request, int(num_classes))
+    return request.with_num_classes(int(num_classes))
