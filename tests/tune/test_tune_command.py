@@ -439,3 +439,23 @@ def test_a_k_whose_confirmation_report_cannot_fit_is_refused_before_any_trial(tm
     assert err.startswith("mr2 tune: error: num_classes 100000: the confirmation report would hold 45 trials'")
     assert "more than this process can allocate now" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_second_sigterm_during_the_shutdown_does_not_cut_it_short(tmp_path):
+    """Issue 38: a second SIGTERM while tune stopped its trials was a traceback, and could leave the
+    trial running."""
+    import signal
+    import time
+
+    process = _start_tune(tmp_path, _TRAPPING)
+    try:
+        child = _child_pid(tmp_path)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # inside the 2 s grace of the trial that traps SIGTERM
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "interrupted (SIGTERM)" in err
+    assert _wait_for(lambda: not _alive(child), 5.0)

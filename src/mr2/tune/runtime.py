@@ -32,6 +32,10 @@ class _Stopped(BaseException):
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:
+    # From the first stop signal on, the process is shutting down: more signals must not interrupt
+    # the shutdown (stopping the trials' process groups); ignore them until it exits.
+    for repeated in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(repeated, signal.SIG_IGN)
     raise _Stopped(signum)
 
 
@@ -46,6 +50,8 @@ def run_stoppable(request: TuneRequest, source: TrialSource) -> int:
     handled = source.kind == "command"  # the engine's sweep forwards its own stop signals
     signals = (signal.SIGTERM, signal.SIGHUP) if handled else ()
     previous = {signum: signal.signal(signum, _raise_stopped) for signum in signals}
+    previous.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
+    stopped = False
     try:
         run_tune(request, source)
     except TuneInputError as error:  # a trial's predictions could not be used at all
@@ -60,12 +66,17 @@ def run_stoppable(request: TuneRequest, source: TrialSource) -> int:
         return 128 + interrupt.signum
     except (_Stopped, KeyboardInterrupt) as stop:
         signum = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
+        stopped = True
+        for repeated in (*signals, signal.SIGINT):  # a second signal must not cut the shutdown short
+            signal.signal(repeated, signal.SIG_IGN)
         stop_commands()
         print(f"\nmr2 tune: interrupted ({signal.Signals(signum).name}); the running trials' commands were "
               "stopped, finished trials are kept; run the same command again to resume.", file=sys.stderr)
         return 128 + signum
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         stop_commands()  # e.g. after an error while other trials still run
+        if not stopped:  # after a stop the process exits: stop signals stay ignored until then
+            for restored, handler in previous.items():
+                if handler is not None:
+                    signal.signal(restored, handler)
     return 0
