@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,8 @@ __all__ = [
     "parse_loss_spec",
 ]
 
+#: The longest JSON text a specification may be (a real one is a few hundred characters).
+MAX_SPEC_LENGTH = 100_000
 #: The largest K and feature width a specification may ask for (K x d state: 10^5 x 10^5 float32 is
 #: 40 GB; the checks happen before anything is allocated).
 MAX_SPEC_CLASSES = 100_000
@@ -132,7 +135,10 @@ _SHOWN = 80
 
 
 def _bad(spec: Any, problem: str) -> LossSpecError:
-    text = repr(spec)
+    try:
+        text = reprlib.repr(spec) if not isinstance(spec, (str, bytes)) else repr(spec[:_SHOWN + 1])
+    except ValueError:  # an integer too long to print (Python's 4,300-digit limit)
+        text = f"<a {type(spec).__name__} holding a number too long to print>"
     return LossSpecError(_BAD_SPEC.format(value=text if len(text) <= _SHOWN else text[:_SHOWN] + "...",
                                           problem=problem))
 
@@ -156,10 +162,14 @@ def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
 
     value: Any = spec
     if isinstance(spec, (str, bytes)):
+        if len(spec) > MAX_SPEC_LENGTH:
+            raise _bad(spec[:_SHOWN], f"{len(spec):,} characters, more than {MAX_SPEC_LENGTH:,}")
         try:
             value = json.loads(spec, parse_constant=lambda name: math.nan)
         except ValueError as error:
             raise _bad(spec, f"not valid JSON ({error})") from None
+        except RecursionError:
+            raise _bad(spec, "nested too deeply to read") from None
     if not isinstance(value, Mapping):
         raise _bad(spec, "not an object")
     keys = set(value)
@@ -176,11 +186,13 @@ def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
         raise _bad(spec, "'options' is not an object")
     losses = loss_methods()
     if name in engine_only_methods():
-        raise LossSpecError(ENGINE_ONLY.format(name=name, choices=", ".join(losses)))
+        raise LossSpecError(ENGINE_ONLY.format(name=name[:_SHOWN], choices=", ".join(losses)))
     if name not in losses:
-        raise LossSpecError(UNKNOWN_LOSS.format(name=name, choices=", ".join(losses)))
+        raise LossSpecError(UNKNOWN_LOSS.format(name=name[:_SHOWN], choices=", ".join(losses)))
     try:
         json.dumps(dict(options), allow_nan=False)
+    except RecursionError:
+        raise _bad(spec, "'options' is nested too deeply") from None
     except (TypeError, ValueError):
         raise _bad(spec, "'options' holds a value that is not a finite JSON number, string, bool or list"
                    ) from None
