@@ -51,6 +51,9 @@ CELLS = ("cnn-n100", "cnn-n300", "cnn-n1000", "mlp-n100", "mlp-n300", "mlp-n1000
 SELECTION_RUNS = {"quick": 4, "full": 18}  # candidates per selection seed
 SELECTION_SEEDS = "5,6,7"
 CONFIRMATION_SEEDS = "8,9,10"
+#: The re-run with the design of issue 37 (racing selection on the same seeds 5-7; a sequential
+#: confirmation needs up to 9 fresh seeds: 8-16). Its tunes go to ``<cell>-<set>-v2``.
+V2_CONFIRMATION_SEEDS = ",".join(str(s) for s in range(8, 17))
 SETS = ("quick", "full")
 
 
@@ -243,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--glyphs", type=Path)
     run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--v2", action="store_true",
+                     help="the design of issue 37 (confirmation seeds 8-16), into <cell>-<set>-v2")
     ext = sub.add_parser("extend", help="train chosen candidates outside a cell's row on its seeds 0-4")
     ext.add_argument("cell")
     ext.add_argument("labels", nargs="+", help="tune's candidate labels, e.g. mr2-distance_1d-c2")
@@ -260,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         return extend(args.cell, args.labels, args.out, args.glyphs, args.workers)
 
     config = run_config(args.cell, args.out, args.glyphs)
-    name = f"{args.cell}-{args.candidates}"
+    name = f"{args.cell}-{args.candidates}" + ("-v2" if args.v2 else "")
+    confirm = V2_CONFIRMATION_SEEDS if args.v2 else CONFIRMATION_SEEDS
     command = [sys.executable, "-m", "mr2", "tune", "--config", str(config), "--candidates", args.candidates,
-               "--seeds", SELECTION_SEEDS, "--confirm-seeds", CONFIRMATION_SEEDS, "--criterion", "hard_tier",
+               "--seeds", SELECTION_SEEDS, "--confirm-seeds", confirm, "--criterion", "hard_tier",
                "--workers", str(args.workers), "--threads-per-run", "1", "--output-dir", str(args.out),
                "--name", name]
     print(" ".join(command), flush=True)
