@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -21,6 +24,7 @@ from mr2.config import RunConfig
 from mr2.sweep.processes import default_threads
 from mr2.sweep.progress import format_duration
 from mr2.tune.engine_source import EngineSource
+from mr2.tune.source import format_seconds
 
 __all__ = [
     "NO_ESTIMATE_COMMAND", "StepTiming", "estimate_text", "measure_step",
@@ -47,6 +51,11 @@ class StepTiming:
         threads: torch threads it ran with (those of one run of the tune).
         device: where it ran (``cpu``, ``cuda:0``...).
         steps: how many steps were timed.
+        startup_seconds: a run's start before training: a fresh Python importing mr2's engine (timed
+            in a subprocess) plus building the data, the model and the method (timed here).
+        validation_seconds: one evaluation pass over the validation split (each epoch has one).
+        test_seconds: one pass over the test split (each run ends with one), from the validation
+            pass's time per sample.
     """
 
     seconds_per_step: float
@@ -54,6 +63,18 @@ class StepTiming:
     threads: int
     device: str
     steps: int
+    startup_seconds: float = 0.0
+    validation_seconds: float = 0.0
+    test_seconds: float = 0.0
+
+    def run_seconds(self, epochs: int) -> float:
+        """One run: start-up, ``epochs`` x (training steps + a validation pass), a test pass.
+
+        >>> StepTiming(0.01, 100, 1, "cpu", 5, 2.0, 0.5, 1.0).run_seconds(3)
+        7.5
+        """
+        per_epoch = self.steps_per_epoch * self.seconds_per_step + self.validation_seconds
+        return self.startup_seconds + epochs * per_epoch + self.test_seconds
 
 
 def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> StepTiming:
@@ -69,9 +90,11 @@ def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> S
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        built = time.perf_counter()
         runtime = Runtime.start(erm)
         seed_everything(erm.seed, False)
         trainer = Trainer(erm, runtime, build_data(erm, runtime.device))
+        built = time.perf_counter() - built
         loader = trainer.train_loader(0)
         batches = iter(loader)
         timed = 0
@@ -97,34 +120,75 @@ def measure_step(config: RunConfig, threads: int, steps: int = TIMED_STEPS) -> S
             seconds = (time.perf_counter() - start) / max(1, timed)
         else:
             seconds = 0.0
-        return StepTiming(seconds, len(loader), threads, str(runtime.device), timed)
+        validation, test = _evaluation_seconds(trainer)
+        return StepTiming(seconds, len(loader), threads, str(runtime.device), timed,
+                          startup_seconds=_import_seconds() + built, validation_seconds=validation,
+                          test_seconds=test)
     finally:
         torch.set_num_threads(previous)
 
 
+#: Evaluation batches timed by the dry run (the pass's time is extrapolated from them).
+TIMED_EVAL_BATCHES = 10
+
+
+def _evaluation_seconds(trainer: Any) -> tuple[float, float]:
+    """(one validation pass, one test pass) in seconds: up to :data:`TIMED_EVAL_BATCHES` evaluation
+    batches of the validation split timed and scaled to the split's size, the test pass scaled from
+    the same time per sample."""
+    from mr2.engine.loop import evaluate
+
+    data = trainer.data
+    split = data.val if trainer.has_validation else data.test
+    loader = trainer.eval_loader(split)
+    batches = list(itertools.islice(iter(loader), TIMED_EVAL_BATCHES))
+    if not batches:
+        return 0.0, 0.0
+    start = time.perf_counter()
+    evaluate(trainer.model, batches, data.num_classes, trainer.device)
+    seconds = time.perf_counter() - start
+    per_sample = seconds / max(1, sum(len(batch[1]) for batch in batches))
+    val_size = len(data.val) if trainer.has_validation else 0
+    return per_sample * val_size, per_sample * len(data.test)
+
+
+def _import_seconds() -> float:
+    """What a fresh Python takes to import mr2's engine (each run is a process of its own)."""
+    start = time.perf_counter()
+    try:
+        subprocess.run([sys.executable, "-c", "import mr2.engine.run"], capture_output=True, timeout=300,
+                       check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0.0
+    return time.perf_counter() - start
+
+
 def estimate_text(timing: StepTiming, epochs: int, expected_runs: float, max_runs: int, workers: int) -> str:
-    """The dry run's one-line time estimate from a measured step.
+    """The dry run's one-line time estimate from a measured step, evaluation pass and start-up.
 
     Example:
-        >>> timing = StepTiming(0.01, 100, 1, "cpu", 5)
+        >>> timing = StepTiming(0.01, 100, 1, "cpu", 5, 2.0, 0.5, 1.0)
         >>> text = estimate_text(timing, epochs=3, expected_runs=12.0, max_runs=18, workers=2)
         >>> print(text)  # doctest: +NORMALIZE_WHITESPACE
-        time estimate: about 18 s for the 12.0 trainings expected and at most 27 s for the 18 the plan may
-        run (2 at a time, each 3 epochs x 100 steps x 0.0100 s per step, measured: 5 steps of ERM with
-        this configuration's model and data on cpu, 1 thread; not included: evaluation, start-up and
-        the candidates' extra cost per step over ERM)
+        time estimate: about 45 s for the 12.0 trainings expected and at most 68 s for the 18 the plan
+        may run (2 at a time, each 7.5 s: start-up 2.0 s, 3 epochs x (100 steps x 0.0100 s + a
+        validation pass 0.5 s), a test pass 1.0 s; measured with ERM, this configuration's model and data
+        on cpu, 1 thread: 5 steps, the start-up and up to 10 evaluation batches; not included: the
+        candidates' extra cost per step over ERM)
     """
-    per_run = epochs * timing.steps_per_epoch * timing.seconds_per_step
+    per_run = timing.run_seconds(epochs)
     expected = math.ceil(expected_runs / workers) * per_run
     most = math.ceil(max_runs / workers) * per_run
     threads = f"{timing.threads} thread{'s' if timing.threads != 1 else ''}"
     return (
         f"time estimate: about {format_duration(expected)} for the {expected_runs:.1f} trainings expected "
         f"and at most {format_duration(most)} for the {max_runs} the plan may run ({workers} at a time, each "
-        f"{epochs} epochs x {timing.steps_per_epoch} steps x {timing.seconds_per_step:.4f} s per step, "
-        f"measured: {timing.steps} steps of ERM with this configuration's model and data on "
-        f"{timing.device}, {threads}; not included: evaluation, start-up and the candidates' extra cost "
-        "per step over ERM)"
+        f"{format_seconds(per_run)}: start-up {format_seconds(timing.startup_seconds)}, {epochs} epochs x "
+        f"({timing.steps_per_epoch} steps x {timing.seconds_per_step:.4f} s + a validation pass "
+        f"{format_seconds(timing.validation_seconds)}), a test pass {format_seconds(timing.test_seconds)}; "
+        f"measured with ERM, this configuration's model and data on {timing.device}, {threads}: "
+        f"{timing.steps} steps, the start-up and up to {TIMED_EVAL_BATCHES} evaluation batches; not "
+        "included: the candidates' extra cost per step over ERM)"
     )
 
 
