@@ -299,3 +299,18 @@ def test_a_sequential_confirmation_stops_at_the_first_look_that_passes():
     assert [len(r) for r in rounds] == [8, 9, 6]
     assert advice.verdict is not None and advice.verdict.seeds == list(range(10, 16))
     assert advice.looks[-1].boundary == pytest.approx(nominal_levels([1 / 3, 2 / 3, 1], 0.025, "obrien_fleming")[1])
+
+
+def test_a_first_stage_candidate_left_out_by_the_overall_guard_says_so():
+    """At a first racing stage (1 seed) a candidate is ranked on its single run; one left out says why
+    (its overall accuracy), not choose's 'fewer than 2 runs', which every candidate has there."""
+    plan = Plan(["erm", "a", "b"], selection_seeds=[0, 1, 2], confirmation_seeds=[3, 4, 5],
+                design=Design(selection_looks=(1, 3), keep=(2,), contenders=1))
+
+    def validation(label: str, seed: int) -> ValidationFigures:
+        overall = 0.2 if label == "b" else None  # b: far below ERM's overall accuracy
+        noise = 0.01 * seed
+        return _val(label, seed, 0.4 + noise, overall=overall if overall is None else overall + noise)
+
+    _drive(plan, validation, lambda label, seed: SeedFigures(0.5, 0.9))
+    assert plan.advice().ruled_out["b"] == "not eligible: overall accuracy below ERM's by more than ERM's seed SE"

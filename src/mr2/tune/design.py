@@ -142,6 +142,7 @@ SEEDS_OVERLAP = "selection and confirmation seeds must be disjoint; both have {s
 BAD_DESIGN = "invalid design: {detail}"
 FAILED = "failed ({reason})"
 _OVERALL_COST = "overall accuracy below ERM's by more than ERM's seed SE"
+_NO_SCORE = "no score"
 DROPPED = "dropped after selection stage {stage}: not among the {keep} best eligible"
 
 
@@ -783,7 +784,11 @@ class Plan:
         ranked = self._ranked(choice, interim)
         for score in choice.scores:
             if score.label != self.reference and score.label not in ranked:
-                self._ruled_out.setdefault(score.label, f"not eligible: {score.reason or _OVERALL_COST}")
+                # At a first racing stage a single run is enough to rank: the overall-accuracy guard
+                # (or no score) is what left it out, not choose's "fewer than 2 runs".
+                single = interim and len(score.runs) == 1
+                reason = (_NO_SCORE if math.isnan(score.mean) else _OVERALL_COST) if single else score.reason
+                self._ruled_out.setdefault(score.label, f"not eligible: {reason or _OVERALL_COST}")
         if interim:
             keep = self.design.keep[self._stage] if self._stage < len(self.design.keep) else len(ranked)
             for label in ranked[keep:]:
