@@ -314,3 +314,25 @@ def test_a_first_stage_candidate_left_out_by_the_overall_guard_says_so():
 
     _drive(plan, validation, lambda label, seed: SeedFigures(0.5, 0.9))
     assert plan.advice().ruled_out["b"] == "not eligible: overall accuracy below ERM's by more than ERM's seed SE"
+
+
+def test_contradicted_is_said_of_the_best_contender_only():
+    """A contender other than the best one being significantly worse (seen on mlp-n1000's v2 tune: the
+    additive margin at -0.61, dropped by futility) does not make the advice 'contradicted'."""
+    plan = Plan(["erm", "a", "b"], selection_seeds=[0, 1, 2], confirmation_seeds=[3, 4, 5],
+                design=Design(contenders=2))
+    best_first = {"a": 0.3, "b": 0.1}  # a is the best contender on validation
+
+    def validation(label: str, seed: int) -> ValidationFigures:
+        noise = 0.01 * ((seed * 7 + len(label)) % 3)
+        return _val(label, seed, 0.4 + noise + best_first.get(label, 0.0))
+
+    def test(label: str, seed: int) -> SeedFigures:
+        wobble = 0.002 * (seed % 2)
+        hard = {"erm": 0.70, "a": 0.70 + wobble, "b": 0.60 - wobble}[label]
+        return SeedFigures(hard, 0.9)
+
+    _drive(plan, validation, test)
+    advice = plan.advice()
+    assert advice.contenders[0] == "a" and not advice.adopt
+    assert advice.reason == "inconclusive"

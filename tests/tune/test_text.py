@@ -140,7 +140,7 @@ SAYS = {
     "confirmed": "ADOPT mr2-paper-c1: on fresh seeds it beats ERM on the test hard tier at the stated error rate",
     "inconclusive": "KEEP ERM (plain cross-entropy training, the reference). Inconclusive: on fresh seeds the gain",
     "overall_cost": "A trade-off, not adopted: the hard-tier gain is significant but overall accuracy falls",
-    "contradicted": "Contradicted: on fresh seeds the chosen configuration is significantly worse than ERM.",
+    "contradicted": "Contradicted: on fresh seeds the best contender is significantly worse than ERM on the hard tier.",
 }
 CANDIDATE = Candidate("mr2-paper-c1", "mr2", {"variant": "paper", "c_bar": 1.0})
 ERM_CANDIDATE = Candidate("erm", "erm")

@@ -883,7 +883,9 @@ class Plan:
         decisions = {look.contender: look.decision for look in self._looks_done}
         if any(d == OVERALL_COST for d in decisions.values()):
             return OVERALL_COST
-        if any(v.p_less < self.design.alpha for label, v in self._verdicts.items() if label in decisions):
+        best = self._contenders[0] if self._contenders else None
+        verdict = self._verdicts.get(best) if best in decisions else None
+        if verdict is not None and verdict.p_less < self.design.alpha:  # the best contender is worse
             return CONTRADICTED
         if self._contenders and all(label in self._ruled_out and label not in decisions
                                     for label in self._contenders):

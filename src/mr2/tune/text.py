@@ -260,7 +260,8 @@ _REASONS = {
     "confirmed": "",
     "inconclusive": ("Inconclusive: on fresh seeds the gain was not significant at the stated level. "
                      "What the seeds showed is reported above; it is not evidence enough to change."),
-    "contradicted": "Contradicted: on fresh seeds the chosen configuration is significantly worse than ERM.",
+    "contradicted": ("Contradicted: on fresh seeds the best contender is significantly worse than ERM on the "
+                     "hard tier."),
     "overall_cost": ("A trade-off, not adopted: the hard-tier gain is significant but overall accuracy falls "
                      "by more than ERM's seed standard error."),
     "erm_chosen": "No candidate was sent to the confirmation: none beat ERM on validation.",
@@ -296,6 +297,10 @@ def advice_text(advice: Advice, use: Candidate, source_kind: str) -> str:
         ]
     else:
         why = _REASONS.get(advice.reason, advice.reason)
+        if advice.reason == "overall_cost" and any("overall accuracy worse" in out
+                                                   for out in advice.ruled_out.values()):
+            costly = [label for label, out in advice.ruled_out.items() if "overall accuracy worse" in out]
+            why = why.replace("A trade-off, not adopted:", f"A trade-off, not adopted ({', '.join(costly)}):")
         lines += [
             f"KEEP {ERM_AT_FIRST_USE}. {why}".rstrip(),
             "",
