@@ -101,6 +101,8 @@ class EngineSource:
     devices: list[int] | None = None
     launcher: dict[str, Any] | None = None
     kind: str = "engine"
+    #: The data's class names (known once :meth:`preflight` built the data), for the report.
+    class_names: list[str] | None = None
     _classes: int | None = None
     _points: dict[str, dict[tuple[str, int], RunPoint]] = field(default_factory=dict)
     _prepared: set[str] = field(default_factory=set)
@@ -152,6 +154,7 @@ class EngineSource:
         for candidate in self.request.candidates:
             build_method(candidate.method, data.num_classes, **candidate.options)
         self._classes = data.num_classes
+        self.class_names = list(data.class_names)
 
     def run(self, trials: Sequence[Trial], stream: TextIO) -> list[TrialResult]:
         results: dict[tuple[str, str, int], TrialResult] = {}
