@@ -90,7 +90,10 @@ def test_class_tags_use_the_metric_spelling(tmp_path):
 
     metrics = pytest.importorskip("mr2.metrics", reason="torchmetrics is not installed")
     names = ["T-shirt/top", "sea lion", "T-shirt_top", "crème"]
-    log = TrainingLog("run", 1, names, tmp_path / "tb", enabled=True, quiet=True)
+    from mr2.report.log_keys import LogKeyCollisionWarning
+
+    with pytest.warns(LogKeyCollisionWarning, match="'T-shirt_top' -> 'T-shirt_top_2'"):
+        log = TrainingLog("run", 1, names, tmp_path / "tb", enabled=True, quiet=True)
     record = {
         "epoch": 1, "train_loss": 0.5, "train_accuracy": 0.5, "samples_per_second": 10.0,
         "val_per_class_accuracy": [0.25, 0.5, 0.75, 1.0], "temperatures": [1.0, 2.0, 3.0, 4.0],
@@ -101,7 +104,9 @@ def test_class_tags_use_the_metric_spelling(tmp_path):
     engine_tags = sorted(t.removeprefix("val_class_accuracy/") for t in scalars if t.startswith("val_class_accuracy/"))
     metric = metrics.ClasswiseDisparity(4, class_names=names)
     metric.update(torch.arange(4), torch.arange(4))
-    metric_keys = sorted(k.removeprefix("class_accuracy/") for k in metric.to_log_dict() if k.startswith("class_accuracy/"))
+    with pytest.warns(LogKeyCollisionWarning):
+        logged = metric.to_log_dict()
+    metric_keys = sorted(k.removeprefix("class_accuracy/") for k in logged if k.startswith("class_accuracy/"))
     assert engine_tags == metric_keys == sorted(["T-shirt_top", "sea_lion", "T-shirt_top_2", "cr_me"])
     assert sorted(t.removeprefix("mr2/temperature/") for t in scalars if t.startswith("mr2/temperature/")) == engine_tags
     assert _series(_load(tmp_path / "tb"), "val_class_accuracy/T-shirt_top_2") == [(1, 0.75)]

@@ -20,6 +20,7 @@ from mr2.metrics import ClasswiseDisparity
 from mr2.metrics import classwise_disparity as metric_module
 from mr2.report import DisparityReport, TierSplit
 from mr2.report.exceptions import MissingClassWarning, ReportError
+from mr2.report.log_keys import LogKeyCollisionWarning
 
 
 def batches(seed: int, num_samples: int, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -403,7 +404,8 @@ def test_class_names_are_logged_with_the_log_key_spelling() -> None:
     names = ["T-shirt/top", "sea lion", "T-shirt_top", ""]
     metric = ClasswiseDisparity(4, class_names=names, tiers=TierSplit.from_accuracy([0.4, 0.3, 0.2, 0.1], 4))
     metric.update(torch.tensor([0, 1, 2, 3, 0]), torch.tensor([0, 1, 2, 3, 1]))
-    logged = metric.to_log_dict("val/")
+    with pytest.warns(LogKeyCollisionWarning, match="'T-shirt_top' -> 'T-shirt_top_2'"):
+        logged = metric.to_log_dict("val/")
     per_class = {k.removeprefix("val/class_accuracy/"): v for k, v in logged.items() if "class_accuracy/" in k}
     assert per_class == {"T-shirt_top": 1.0, "sea_lion": 0.5, "T-shirt_top_2": 1.0, "3": 1.0}
     assert {k for k in logged if "/tier/" in k} == {f"val/tier/tier_{t}" for t in range(1, 5)}
