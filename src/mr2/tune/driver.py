@@ -103,11 +103,6 @@ class TuneResult:
     def verdict(self) -> Verdict | None:
         return self.advice.verdict
 
-    @property
-    def ok(self) -> bool:
-        """The tune ran to its advice (a failed candidate does not make it fail)."""
-        return True
-
 
 def describe(request: TuneRequest, source: TrialSource, *, commands: bool = False) -> str:
     """The rule, the design, the candidates and the trials the plan may run (``--dry-run`` and the
