@@ -313,7 +313,8 @@ def test_a_first_stage_candidate_left_out_by_the_overall_guard_says_so():
         return _val(label, seed, 0.4 + noise, overall=overall if overall is None else overall + noise)
 
     _drive(plan, validation, lambda label, seed: SeedFigures(0.5, 0.9))
-    assert plan.advice().ruled_out["b"] == "not eligible: overall accuracy below ERM's by more than ERM's seed SE"
+    assert plan.advice().ruled_out["b"] == ("not eligible: overall accuracy below ERM's by more than ERM's seed SE "
+                                            "(at selection stage 1, 1 seed(s))")
 
 
 def test_contradicted_is_said_of_the_best_contender_only():

@@ -18,6 +18,7 @@ from mr2.tune.text import (
     ERM_AT_FIRST_USE,
     SMALL_VALIDATION_WARNING,
     advice_text,
+    choice_explanation,
     choice_table,
     choice_text,
     design_text,
@@ -156,7 +157,7 @@ def _advice(case: str) -> Advice:
 
 
 @pytest.mark.parametrize("case", list(CHOSEN))
-@pytest.mark.parametrize("kind", ["engine", "command"])
+@pytest.mark.parametrize("kind", ["engine", "command", "python"])
 def test_the_advice_says_what_to_do_last_and_pastes_what_to_use(case, kind):
     advice = _advice(case)
     text = advice_text(advice, CANDIDATE if advice.adopt else ERM_CANDIDATE, kind)
@@ -170,6 +171,10 @@ def test_the_advice_says_what_to_do_last_and_pastes_what_to_use(case, kind):
     else:
         spec = json.loads(block.strip().removeprefix("loss_spec: "))
         assert spec == (CANDIDATE.loss_spec() if advice.adopt else {"method": "erm", "options": {}})
+    how = {"engine": "paste into your run configuration:",
+           "command": "in your training script, mr2.tune.loss_from_spec(spec, num_classes=K) builds the loss from:",
+           "python": "in your train_fn, result.recommended.make_loss() builds the loss; the same as a spec:"}
+    assert text.rsplit("\n\n", 2)[1].endswith(how[kind]) and text.count("((") == 0
     # "Supported" is gone: no paste of the chosen configuration unless it is adopted.
     assert ("variant: paper" in text or '"variant":"paper"' in text) == advice.adopt
     assert "supported" not in text.lower()
@@ -197,3 +202,22 @@ def test_the_outcomes():
 def test_the_design_in_words_states_the_error_rate():
     text = design_text(Design())
     assert "ADOPTED only if a one-sided paired t-test" in text and "at level 0.05" in text
+
+
+def test_with_the_best_gate_selection_names_the_contenders_and_recommends_nothing():
+    """The default design sends the best eligible candidates to the confirmation whatever their margin:
+    its texts must not call a selection outcome 'recommended' (the advice comes from the fresh seeds)."""
+    runs = {label: [ValidationFigures(f"{label}@{s}", s, 0.8 + 0.01 * i, (0.9, 0.8, 0.7 + 0.01 * i + 0.001 * s))
+                    for s in (0, 1, 2)]
+            for i, label in enumerate(("erm", "a", "b", "c"))}
+    choice = choose(runs, "overall")
+    text = choice_text(choice, ["c", "b"])
+    assert "recommended" not in text and "| c (to the confirmation) |" in text and "| b (to the confirmation) |" in text
+    assert "| a |" in text
+    assert text.endswith("To the confirmation on fresh seeds (the 2 best eligible, whatever their margin over ERM; "
+                         "the advice comes from the fresh seeds alone): c, b.")
+    assert "recommended" not in rule_text("hard_tier", gate="best") and "recommended" in rule_text("hard_tier")
+    assert "whatever their margin over ERM" in rule_text("hard_tier", gate="best")
+    nothing = choice_explanation(choice, [])
+    assert nothing.endswith("nothing goes to the confirmation and the advice is ERM.")
+    assert "1 seed (the 7 best eligible stay), then 3 seeds" in design_text(Design(selection_looks=(1, 3), keep=(7,)))

@@ -129,6 +129,25 @@ def test_the_python_api_chooses_on_validation_and_records_report_and_verdict(tun
     assert np.array_equal(stored.y_true, Y_VAL) and stored.y_pred.dtype == np.int64
 
 
+def test_the_python_dry_run_describes_the_plan_writes_nothing_and_sees_finished_trials(tuned, tmp_path):
+    from mr2.tune import describe_tune
+
+    fresh = describe_tune(num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=tmp_path,
+                          name="sim")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    plan = make_request(num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=tmp_path,
+                        name="sim").plan()
+    first = plan.next_round()
+    assert f"at most {plan.max_trainings()};" in fresh and f"first round ({len(first)} trials):" in fresh
+    assert fresh.count(" to run") == len(first) and "finished" not in fresh
+    assert "your train_fn runs the losses" in fresh
+    out, _ = tuned  # the same tune, run: its first round is on disk
+    done = describe_tune(num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=out, name="sim")
+    assert done.count(" finished") == len(first) and " to run" not in done
+    with pytest.raises(TuneInputError, match="seeds"):
+        describe_tune(num_classes=K, seeds=[1, 1], output_dir=tmp_path, name="x")
+
+
 def test_test_predictions_of_selection_trials_cannot_change_the_choice_and_a_rerun_resumes(tuned, capsys):
     out, _ = tuned
     directory = out / "sim"

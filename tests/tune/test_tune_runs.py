@@ -165,7 +165,9 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     choice = plan.choice
     assert choice is not None
     assert record["selection"] == {"seeds": [0, 1, 2], "split": "validation", **_json(choice.to_dict()),
-                                   "explanation": choice_explanation(choice)}
+                                   "explanation": choice_explanation(choice, plan.contenders)}
+    assert ("(to the confirmation)" in out) == bool(plan.contenders)
+    assert "it is recommended" not in out and "(recommended)" not in out
     assert [c["label"] for c in record["selection"]["candidates"]] == QUICK
     # Racing: every candidate has its first seed; those still in the race at the end have all 3.
     assert all(len(c["runs"]) in (1, 3) for c in record["selection"]["candidates"])
@@ -173,7 +175,7 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     assert record["criterion"] == "hard_tier" and record["mr2_version"] and record["candidate_set"] == "quick"
     assert record["source"] == {"kind": "engine"} and record["num_classes"] == NUM_CLASSES
     assert record["base_config"]["optim"]["lr"] == 0.05
-    assert choice_explanation(choice) in out
+    assert choice_explanation(choice, plan.contenders) in out
     # The advice is the plan's, replayed on the same predictions; the record keeps adopt, use and chosen apart.
     advice = plan.advice()
     assert record["advice"] == _json(advice.to_dict())

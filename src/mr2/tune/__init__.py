@@ -31,7 +31,7 @@ from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.loss_spec import SpecLoss, loss_from_spec, parse_loss_spec
 
 if TYPE_CHECKING:
-    from mr2.tune.api import tune
+    from mr2.tune.api import describe_tune, tune
     from mr2.tune.design import DEFAULT_DESIGN, Advice, Design, Plan
     from mr2.tune.driver import TuneResult, run_tune
     from mr2.tune.record import TuneRecord
@@ -67,6 +67,7 @@ EXPORTS = {
     "read_validation": "mr2.tune.selection",
     "run_tune": "mr2.tune.driver",
     "tune": "mr2.tune.api",
+    "describe_tune": "mr2.tune.api",
     "add_trial_arguments": "mr2.tune.script",
     "fixed_split": "mr2.tune.script",
     "write_predictions": "mr2.tune.script",
@@ -96,6 +97,7 @@ __all__ = [
     "add_trial_arguments",
     "candidates",
     "choose",
+    "describe_tune",
     "fixed_split",
     "loss_from_spec",
     "make_request",

@@ -12,13 +12,13 @@ from typing import Any, TextIO
 
 from mr2.tune.candidates import DEFAULT_CANDIDATE_SET, Candidate
 from mr2.tune.design import DEFAULT_DESIGN, Design
-from mr2.tune.driver import TuneResult, run_tune
+from mr2.tune.driver import TuneResult, describe, run_tune
 from mr2.tune.errors import TuneInputError
 from mr2.tune.request import make_request
 from mr2.tune.source import FunctionSource
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore
 
-__all__ = ["NOT_CALLABLE", "NO_SUBMIT", "tune"]
+__all__ = ["NOT_CALLABLE", "NO_SUBMIT", "describe_tune", "tune"]
 
 NOT_CALLABLE = "train_fn must be callable as train_fn(candidate, seed); got {kind}"
 NO_SUBMIT = (
@@ -106,3 +106,34 @@ def tune(
     source = FunctionSource(partial(_train, train_fn), TrialStore(request.directory, request.num_classes),
                             executor=executor, workers=workers)
     return run_tune(request, source, stream=stream)
+
+
+def describe_tune(
+    *,
+    num_classes: int,
+    candidates: str | Sequence[Candidate] = DEFAULT_CANDIDATE_SET,
+    seeds: int | str | Sequence[int] | None = None,
+    confirm_seeds: int | str | Sequence[int] | None = None,
+    criterion: str = "hard_tier",
+    output_dir: str | Path,
+    name: str = "tune",
+    design: Design = DEFAULT_DESIGN,
+) -> str:
+    """The dry run of :func:`tune` (``mr2 tune --dry-run`` for the Python way in): the rule, the
+    design, the expected and maximum trainings and the first round's trials with their state
+    (``finished`` when a previous call stored them). Nothing runs and nothing is written.
+
+    Takes :func:`tune`'s arguments, less ``train_fn``, ``executor``, ``workers`` and ``stream``.
+
+    Raises:
+        TuneInputError: bad arguments, exactly as :func:`tune` would.
+    """
+    request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
+                           confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
+                           name=name, design=design)
+    assert request.num_classes is not None
+
+    def never(trial: Trial) -> Any:  # a dry run trains nothing
+        raise AssertionError(f"describe_tune ran a trial: {trial.name}")
+
+    return describe(request, FunctionSource(never, TrialStore(request.directory, request.num_classes)))

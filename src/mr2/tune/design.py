@@ -788,7 +788,8 @@ class Plan:
                 # (or no score) is what left it out, not choose's "fewer than 2 runs".
                 single = interim and len(score.runs) == 1
                 reason = (_NO_SCORE if math.isnan(score.mean) else _OVERALL_COST) if single else score.reason
-                self._ruled_out.setdefault(score.label, f"not eligible: {reason or _OVERALL_COST}")
+                when = f" (at selection stage {self._stage + 1}, {len(seeds)} seed(s))" if interim else ""
+                self._ruled_out.setdefault(score.label, f"not eligible: {reason or _OVERALL_COST}{when}")
         if interim:
             keep = self.design.keep[self._stage] if self._stage < len(self.design.keep) else len(ranked)
             for label in ranked[keep:]:

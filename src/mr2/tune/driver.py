@@ -21,6 +21,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,7 +39,7 @@ from mr2.report.tables import comparison_markdown
 from mr2.report.writer import ReportOutput, write_report
 from mr2.rundir.lock import RunLock, RunLockedError, lock_holder
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
-from mr2.tune.design import Advice
+from mr2.tune.design import Advice, Design
 from mr2.tune.errors import TuneInputError
 from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
@@ -104,6 +105,12 @@ class TuneResult:
         return self.advice.verdict
 
 
+def sent_on(design: Design, contenders: Sequence[str]) -> list[str] | None:
+    """The contenders to name in the selection's text: None with the ``margin`` gate (its text names
+    the recommendation)."""
+    return None if design.gate == "margin" else list(contenders)
+
+
 def describe(request: TuneRequest, source: TrialSource, *, commands: bool = False) -> str:
     """The rule, the design, the candidates and the trials the plan may run (``--dry-run`` and the
     start): expected and maximum trainings, and each selection trial's state."""
@@ -114,7 +121,8 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
         f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates)} candidates "
         f"({request.candidate_set}; {kind.get(source.kind, source.kind)}), criterion {request.criterion}",
         "",
-        "Rule: " + textwrap.fill(rule_text(request.criterion), 100, subsequent_indent="  "),
+        "Rule: " + textwrap.fill(rule_text(request.criterion, gate=request.design.gate), 100,
+                                 subsequent_indent="  "),
         "",
         "Design: " + textwrap.fill(design_text(request.design), 100, subsequent_indent="  "),
         "",
@@ -221,9 +229,9 @@ class _Run:
         if self.announced or choice is None:
             return
         self.announced = True
-        rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule)
+        rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule, gate=self.request.design.gate)
         self.say("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "))
-        self.say("\n" + choice_text(choice))
+        self.say("\n" + choice_text(choice, sent_on(self.request.design, self.plan.contenders)))
         contenders = self.plan.contenders
         seeds = self.request.confirm_seeds
         if contenders:
@@ -367,14 +375,16 @@ def _finish(run: _Run) -> TuneResult:
         chosen=None if chosen is None else configuration(chosen),
         reason=advice.reason,
         criterion=request.criterion,
-        rule=rule_text(request.criterion, tier_rule=choice.tier_rule if choice is not None else "split_half"),
+        rule=rule_text(request.criterion, tier_rule=choice.tier_rule if choice is not None else "split_half",
+                       gate=request.design.gate),
         design=request.design.to_dict(),
         candidate_set=request.candidate_set,
         source={k: v for k, v in source_record.items() if k != "base_config"},
         num_classes=run.num_classes,
         selection={"seeds": request.seeds, "split": "validation",
                    **({} if choice is None else {**choice.to_dict(),
-                                                 "explanation": choice_explanation(choice)})},
+                                                 "explanation": choice_explanation(
+                                                     choice, sent_on(request.design, advice.contenders))})},
         failed=run.failed,
         confirmation={"seeds": confirmation_seeds, "split": "test",
                       "report": None if report_dir is None else str(report_dir / "report.json"),

@@ -438,8 +438,12 @@ class Choice:
         return record if self.seeds is None else {**record, "seeds": self.seeds}
 
 
-def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half") -> str:
-    """The rule in words, printed before anything runs and with the result.
+def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half",
+              gate: str = "margin") -> str:
+    """The rule in words, printed before anything runs and with the result. ``gate`` is the design's
+    (:class:`mr2.tune.design.Design`): ``margin``, the best eligible candidate goes on only if it beats
+    the reference by a seed standard error; ``best``, the best eligible candidates go on whatever their
+    margin (how many: the design).
 
     Example:
         >>> print(rule_text("overall").split(". ")[0])
@@ -467,11 +471,17 @@ def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_ha
         f"{intro}{tiers}Each candidate is scored by its mean {name} over the selection seeds (± is the "
         f"standard error of that mean over the seeds). A candidate is not eligible if it misses a "
         f"selection seed, has fewer than 2 runs, or its mean validation overall accuracy is below "
-        f"{ref}'s by more than {ref}'s seed standard error. The best eligible candidate is recommended "
-        f"if its score beats {ref}'s by more than {ref}'s seed standard error of that score; otherwise "
-        f"the recommendation is {ref}. Only the validation split is read; test results are reported "
-        "after the choice, on fresh seeds."
+        f"{ref}'s by more than {ref}'s seed standard error. {_gate_text(gate, ref)} Only the validation "
+        "split is read; test results are reported after the choice, on fresh seeds."
     )
+
+
+def _gate_text(gate: str, ref: str) -> str:
+    if gate == "best":
+        return ("The best eligible candidates go to the confirmation on fresh seeds, whatever their margin "
+                f"over {ref} (how many: the design); the advice comes from the fresh seeds alone.")
+    return (f"The best eligible candidate is recommended if its score beats {ref}'s by more than {ref}'s "
+            f"seed standard error of that score; otherwise the recommendation is {ref}.")
 
 
 def _tiers(accuracy: NDArray[np.float64]) -> NDArray[np.int64]:

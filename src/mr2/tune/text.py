@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import yaml
@@ -73,9 +74,10 @@ def size_warning(choice: Choice) -> str | None:
     return SMALL_VALIDATION_WARNING.format(median=median, min=low, limit=MIN_SAMPLES_PER_CLASS)
 
 
-def choice_table(choice: Choice) -> str:
+def choice_table(choice: Choice, contenders: Sequence[str] | None = None) -> str:
     """Markdown table of every candidate's validation figures, with what ± means and which column is
-    the criterion above it.
+    the criterion above it. ``contenders``: those sent to the confirmation (the design's ``best`` gate;
+    None: the ``margin`` gate, whose choice is marked recommended).
 
     Example:
         >>> from mr2.tune.selection import ValidationFigures, choose
@@ -96,9 +98,12 @@ def choice_table(choice: Choice) -> str:
     ]
     for score in choice.scores:
         name = f"{score.label} = ERM" if score.label == choice.reference else score.label
-        mark = " (recommended)" if score.label == choice.recommended else ""
+        if contenders is None:
+            mark = " (recommended)" if score.label == choice.recommended else ""
+        else:
+            mark = " (to the confirmation)" if score.label in contenders else ""
         eligible = "reference" if score.label == choice.reference else (
-            "yes" if score.eligible else f"no: {score.reason}")
+            "yes" if score.eligible else f"no: {score.reason.removeprefix('not eligible: ')}")
         lines.append(
             f"| {name}{mark} | {len(score.runs)} | {format_percent(score.mean)} ± "
             f"{format_percent(score.se)} | {format_percent(score.overall_mean)} ± "
@@ -115,8 +120,10 @@ def _size_line(choice: Choice) -> str:
     return f"Validation samples per class {where}: min {low}, median {median:g}."
 
 
-def choice_explanation(choice: Choice) -> str:
-    """The selection's outcome in plain sentences (recorded as ``selection.explanation``)."""
+def choice_explanation(choice: Choice, contenders: Sequence[str] | None = None) -> str:
+    """The selection's outcome in plain sentences (recorded as ``selection.explanation``).
+    ``contenders``: those sent to the confirmation (the design's ``best`` gate); None: the ``margin``
+    gate, whose outcome is ``choice.recommended``."""
     ref = choice.reference.upper()
     name = _COLUMN[choice.criterion]
     erm_score = choice.score(choice.reference)
@@ -127,14 +134,22 @@ def choice_explanation(choice: Choice) -> str:
     if erm_score.missing_seeds:
         missing += (f" {ref} misses selection seed(s) {erm_score.missing_seeds}: its figures are over "
                     f"{len(erm_score.runs)} seeds.")
-    if choice.best is None:
+    if choice.best is None or (contenders is not None and not contenders):
+        outcome = (f"the recommendation is {ref}" if contenders is None else
+                   f"nothing goes to the confirmation and the advice is {ref}")
         return (
             f"No candidate is eligible (each misses a selection seed, has fewer than 2 runs, or loses "
-            f"more than one standard error of {ref}'s validation overall accuracy): the recommendation "
-            f"is {ref}.{missing}"
+            f"more than one standard error of {ref}'s validation overall accuracy): {outcome}.{missing}"
         )
     best = choice.score(choice.best)
     points = f"{100 * choice.margin:+.2f} points vs a seed standard error of {100 * choice.threshold:.2f}"
+    if contenders is not None:
+        return (
+            f"{best.label} has the best {name} ({100 * best.mean:.2f}% vs {ref}'s "
+            f"{100 * erm_score.mean:.2f}%, {points}). To the confirmation on fresh seeds (the "
+            f"{len(contenders)} best eligible, whatever their margin over {ref}; the advice comes from the "
+            f"fresh seeds alone): {', '.join(contenders)}.{missing}"
+        )
     if choice.recommended == choice.best:
         return (
             f"{best.label} has the best {name} ({100 * best.mean:.2f}% vs {ref}'s "
@@ -147,7 +162,7 @@ def choice_explanation(choice: Choice) -> str:
     )
 
 
-def choice_text(choice: Choice) -> str:
+def choice_text(choice: Choice, contenders: Sequence[str] | None = None) -> str:
     """The table, the tier rule applied, the validation size (and its warning) and the outcome.
 
     Example:
@@ -160,7 +175,7 @@ def choice_text(choice: Choice) -> str:
         >>> "min 10, median 10." in text, "WARNING: only 10 validation samples per class" in text
         (True, True)
     """
-    parts = [choice_table(choice), ""]
+    parts = [choice_table(choice, contenders), ""]
     if choice.criterion == "hard_tier":
         parts.append(
             "Hard tier: ranked on one half of each class's validation samples, scored on the other, "
@@ -174,7 +189,7 @@ def choice_text(choice: Choice) -> str:
     warning = size_warning(choice)
     if warning:
         parts.append(warning)
-    parts += ["", choice_explanation(choice)]
+    parts += ["", choice_explanation(choice, contenders)]
     return "\n".join(parts)
 
 
@@ -236,14 +251,16 @@ def design_text(design: Design) -> str:
         selection = "Selection: every candidate on every selection seed"
     else:
         stages = ", then ".join(
-            f"{n} seeds" + (f" (the {design.keep[i]} best eligible stay)" if i < len(design.keep) else "")
+            f"{n} seed{'s' if n != 1 else ''}"
+            + (f" (the {design.keep[i]} best eligible stay)" if i < len(design.keep) else "")
             for i, n in enumerate(design.selection_looks))
         selection = f"Selection, racing over seeds: every candidate on {stages}"
     if design.gate == "margin":
         gate = ("the best eligible candidate goes to the confirmation if it beats ERM by more than ERM's "
                 "seed standard error")
     else:
-        gate = f"the {design.contenders} best eligible candidate(s) go to the confirmation"
+        gate = (f"the {design.contenders} best eligible candidates go to the confirmation"
+                if design.contenders > 1 else "the best eligible candidate goes to the confirmation")
     looks = ("every confirmation seed at once" if design.confirmation_looks is None else
              "looks at " + ", ".join(str(n) for n in design.confirmation_looks) + " fresh seeds")
     split = f" (alpha / {design.contenders} each)" if design.contenders > 1 else ""
@@ -276,10 +293,12 @@ def advice_text(advice: Advice, use: Candidate, source_kind: str) -> str:
     says what to do."""
     if source_kind == "engine":
         block = yaml.safe_dump({"method": use.method_block()}, sort_keys=False).rstrip("\n")
-        where = "your run configuration"
+        where = "paste into your run configuration"
     else:
         block = "loss_spec: " + json.dumps(use.loss_spec(), separators=(",", ":"))
-        where = "your training script (mr2.tune.loss_from_spec(spec, num_classes=K))"
+        where = "in your training script, mr2.tune.loss_from_spec(spec, num_classes=K) builds the loss from"
+        if source_kind == "python":
+            where = "in your train_fn, result.recommended.make_loss() builds the loss; the same as a spec"
     lines = []
     if advice.verdict is not None and advice.verdict.outcome != NOTHING_TO_CONFIRM:
         seeds = ", ".join(str(s) for s in advice.verdict.seeds)
@@ -291,7 +310,7 @@ def advice_text(advice: Advice, use: Candidate, source_kind: str) -> str:
             f"(adopting a configuration no better than ERM happens at most {100 * advice.design.alpha:g}% of "
             "the time) and costs no more than ERM's seed standard error overall.",
             "",
-            f"Use it: paste into {where}:",
+            f"Use it: {where}:",
             "",
             textwrap.indent(block, "    "),
         ]
@@ -304,7 +323,7 @@ def advice_text(advice: Advice, use: Candidate, source_kind: str) -> str:
         lines += [
             f"KEEP {ERM_AT_FIRST_USE}. {why}".rstrip(),
             "",
-            f"Use plain cross-entropy training ({where}):",
+            f"Use plain cross-entropy training: {where}:",
             "",
             textwrap.indent(block, "    "),
         ]
