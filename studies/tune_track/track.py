@@ -22,6 +22,12 @@ for the pairing), as the protocol says; collect its report into the row's ``<cel
 
 prints, per finished tune: the choice, its fresh-seed change against ERM, the best configuration of
 the cell's regime-map row in hindsight and the regret, then the rule's outcome (once all are in).
+
+    python studies/tune_track/track.py compare --out docs/benchmarks/tune-track
+
+prints the ``full`` set's re-run with the design of issue 37 (``<cell>-full-v2``: advice, contenders,
+fresh-seed change, trainings, wall time, regret), then the old tunes (their advice read under today's
+gate) and the new ones side by side, with means over the cells that have both.
 """
 
 from __future__ import annotations
@@ -196,6 +202,98 @@ def print_summary(out: Path) -> None:
     print(apply_rule(rows))
 
 
+def _trainings(record: dict[str, Any], candidate_set: str) -> int:
+    """Trainings of a tune: recorded since issue 37; before, every candidate on the 3 selection seeds
+    plus the confirmation's runs (in its figures)."""
+    if "trainings" in record:
+        return int(record["trainings"])
+    methods = ((record.get("confirmation") or {}).get("figures") or {}).get("methods") or {}
+    return SELECTION_RUNS[candidate_set] * 3 + sum(len(m.get("seeds") or []) for m in methods.values())
+
+
+def _used_change(row: dict[str, float], record: Any) -> float | None:
+    """The seeds 0-4 hard-tier change of what the advice says to use (ERM: 0)."""
+    label = record.use["label"] if record.adopt else "erm"
+    return row.get("erm" if label == "erm" else IN_ROW.get(label, label))
+
+
+def compare(out: Path) -> str:
+    """The ``full`` set's re-run with the design of issue 37 (``<cell>-full-v2``) per cell, then the old
+    tunes (``<cell>-full``, their advice read under today's gate) and the new side by side."""
+    from mr2.tune.record import TuneRecord
+
+    new_rows, pairs = [], []
+    for cell in CELLS:
+        row = regime_row(cell)
+        best = max(row, key=lambda m: row[m]) if row else None
+        tunes = {}
+        for name in (f"{cell}-full", f"{cell}-full-v2"):
+            path = out / name / "recommendation.json"
+            if path.is_file():
+                data = json.loads(path.read_text())
+                walls = json.loads((out / name / "wall_time.json").read_text())
+                record = TuneRecord.from_dict(data)
+                change = _used_change(row, record)
+                # What the old printout said to use: its record's label unless ERM (issue 37's finding).
+                printed = "erm" if data.get("recommendation_is_erm", not record.adopt) else data.get("label")
+                then = row.get("erm" if printed == "erm" else IN_ROW.get(printed, printed))
+                tunes[name] = {"data": data, "record": record, "wall": sum(w["wall_s"] for w in walls) / 60,
+                               "trainings": _trainings(data, "full"),
+                               "regret": None if best is None or change is None else row[best] - change,
+                               "then": None if best is None or then is None else row[best] - then}
+        new = tunes.get(f"{cell}-full-v2")
+        if new is not None:
+            record, data = new["record"], new["data"]
+            looks = [look for look in data["advice"]["looks"]
+                     if record.chosen is not None and look["contender"] == record.chosen["label"]]
+            fresh = "-" if not looks else (
+                f"{100 * looks[-1]['mean_difference']:+.2f} on seeds {looks[-1]['seeds'][0]}-"
+                f"{looks[-1]['seeds'][-1]} (p {looks[-1]['p_greater']:.3f})")
+            advice = f"ADOPT {record.use['label']}" if record.adopt else "KEEP ERM"
+            new_rows.append([cell, advice, record.reason,
+                             ", ".join(data["advice"]["contenders"]) or "-",
+                             record.chosen["label"] if record.chosen else "-", fresh, str(new["trainings"]),
+                             f"{new['wall']:.1f}", f"{best} ({row[best]:+.2f})" if best else "no row",
+                             "n/a" if new["regret"] is None else f"{new['regret']:.2f}"])
+        old = tunes.get(f"{cell}-full")
+        if old is not None and new is not None:
+            pairs.append((cell, old, new))
+    lines = ["| cell | advice | reason | contenders | best contender | its fresh-seed change, last look "
+             "(pts) | trainings | wall (min) | best in hindsight (hard, seeds 0-4) | regret |",
+             "|---|---|---|---|---|---|---:|---:|---|---:|"]
+    lines += ["| " + " | ".join(r) + " |" for r in new_rows]
+    lines += ["", "| cell | old: chosen (verdict) | old regret, as printed then | old advice, today's gate | "
+              "old trainings | old wall (min) | old regret, today's gate | new advice | new trainings | "
+              "new wall (min) | new regret |",
+              "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|"]
+    for cell, old, new in pairs:
+        rec = old["record"]
+        chosen = rec.chosen["label"] if rec.chosen else "erm"
+        verdict = (old["data"].get("verdict") or {}).get("outcome", "nothing to confirm")
+        lines.append("| " + " | ".join([
+            cell, f"{chosen} ({verdict})", _regret(old["then"]),
+            f"ADOPT {rec.use['label']}" if rec.adopt else "keep ERM",
+            str(old["trainings"]), f"{old['wall']:.1f}", _regret(old["regret"]),
+            f"ADOPT {new['record'].use['label']}" if new["record"].adopt else "keep ERM",
+            str(new["trainings"]), f"{new['wall']:.1f}", _regret(new["regret"])]) + " |")
+    if pairs:
+        n = len(pairs)
+
+        def mean(key: str, side: int) -> str:
+            values = [p[side][key] for p in pairs if p[side][key] is not None]
+            return f"{sum(values) / len(values):.2f}" if values else "n/a"
+        lines.append(f"| mean over {n} | | {mean('then', 1)} | "
+                     f"{sum(p[1]['record'].adopt for p in pairs)} adopted | "
+                     f"{mean('trainings', 1)} | {mean('wall', 1)} | {mean('regret', 1)} | "
+                     f"{sum(p[2]['record'].adopt for p in pairs)} adopted | {mean('trainings', 2)} | "
+                     f"{mean('wall', 2)} | {mean('regret', 2)} |")
+    return "\n".join(lines)
+
+
+def _regret(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def track_spec(cell: str, labels: list[str], out: Path, glyphs: Path | None) -> dict[str, Any]:
     """The sweep that trains tune's candidates LABELS (outside CELL's regime-map row) on the row's
     seeds 0-4 with ERM, for the pairing: the cell's base configuration unchanged, named
@@ -256,9 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     ext.add_argument("--workers", type=int, default=2)
     report = sub.add_parser("summary", help="the track-record table and the rule's outcome so far")
     report.add_argument("--out", type=Path, required=True)
+    both = sub.add_parser("compare", help="the full set's re-run with the design of issue 37, and the old "
+                                          "and new tunes side by side")
+    both.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "summary":
         print_summary(args.out)
+        return 0
+    if args.command == "compare":
+        print(compare(args.out))
         return 0
 
     if args.command == "extend":

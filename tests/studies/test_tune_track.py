@@ -115,3 +115,18 @@ def test_a_cell_without_its_regime_map_row_has_no_regret_even_when_tune_kept_erm
     assert row["cell"] == "glyphs-mlp-n300" and row["choice"] == "erm"
     assert row["regret"] is None and row["best_in_hindsight"] is None and row["chosen_change"] is None
     assert "results missing" in track.apply_rule([row])
+
+
+def test_compare_puts_the_old_and_new_tunes_side_by_side_from_the_committed_records(track):
+    """mlp-n1000: the old tune's confirmed center loss is adopted under today's gate, the re-run keeps
+    ERM; regrets are the row's best minus the change of what each advice uses (ERM: 0)."""
+    text = track.compare(ROOT / "docs" / "benchmarks" / "tune-track")
+    row = track.regime_row("mlp-n1000")
+    best = max(row, key=row.get)
+    side = next(line for line in text.splitlines() if line.startswith("| mlp-n1000 | center_loss (confirmed)"))
+    cells = [c.strip() for c in side.strip("|").split("|")]
+    assert cells[3] == "ADOPT center_loss" and cells[7] == "keep ERM"
+    assert float(cells[6]) == pytest.approx(row[best] - row["center_loss"], abs=0.006)
+    assert float(cells[10]) == pytest.approx(row[best], abs=0.006)
+    per_cell = next(line for line in text.splitlines() if line.startswith("| mlp-n1000 | KEEP ERM |"))
+    assert "+0.04 on seeds 8-16" in per_cell and f"{best} ({row[best]:+.2f})" in per_cell
