@@ -221,3 +221,11 @@ def test_with_the_best_gate_selection_names_the_contenders_and_recommends_nothin
     nothing = choice_explanation(choice, [])
     assert nothing.endswith("nothing goes to the confirmation and the advice is ERM.")
     assert "1 seed (the 7 best eligible stay), then 3 seeds" in design_text(Design(selection_looks=(1, 3), keep=(7,)))
+
+
+def test_the_docs_section_the_small_validation_warning_names_exists():
+    from pathlib import Path
+
+    section = re.search(r"docs/tune\.md, '([^']+)'", SMALL_VALIDATION_WARNING).group(1)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "tune.md").read_text()
+    assert f"\n## {section}\n" in docs

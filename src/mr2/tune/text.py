@@ -42,7 +42,8 @@ ERM_AT_FIRST_USE = "ERM (plain cross-entropy training, the reference)"
 SMALL_VALIDATION_WARNING = (
     "WARNING: only {median:g} validation samples per class (median; min {min}) score each candidate, "
     "below {limit}: the validation scores are noisy, so which candidate goes to the confirmation is "
-    "largely noise and a real gain is seldom found (docs/tune.md, 'Operating characteristics'). The "
+    "largely noise and a gain of about a point is seldom found (docs/tune.md, 'Operating "
+    "characteristics'). The "
     "advice stays safe (the confirmation on fresh seeds keeps adopting a useless configuration at or "
     "below its stated rate); a larger validation split makes the search informative."
 )
