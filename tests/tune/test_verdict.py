@@ -19,6 +19,7 @@ from mr2.tune.verdict import (
     judge,
     judge_figures,
     one_sided_power,
+    seed_figures,
     seeds_needed,
 )
 
@@ -27,12 +28,17 @@ def _figures(hard: list[float], overall: list[float], first_seed: int = 3) -> di
     return {first_seed + i: SeedFigures(h, o) for i, (h, o) in enumerate(zip(hard, overall))}
 
 
-def _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall, alpha=0.05):
-    """The rule with scipy.stats.ttest_rel as the test and loops for the rest."""
+def _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall, alpha=0.05, floor=0.0):
+    """The rule with scipy.stats.ttest_rel as the test and loops for the rest; with ``floor``, the
+    t-test's SD written out as max(sd, floor)."""
     n = len(ref_hard)
     greater = stats.ttest_rel(new_hard, ref_hard, alternative="greater").pvalue
     less = stats.ttest_rel(new_hard, ref_hard, alternative="less").pvalue
     mean = sum(b - a for a, b in zip(ref_hard, new_hard)) / n
+    sd = math.sqrt(sum((b - a - mean) ** 2 for a, b in zip(ref_hard, new_hard)) / (n - 1))
+    if sd < floor:
+        t = mean / (floor / math.sqrt(n))
+        greater, less = stats.t.sf(t, n - 1), stats.t.cdf(t, n - 1)
     ref_mean = sum(ref_overall) / n
     se = math.sqrt(sum((v - ref_mean) ** 2 for v in ref_overall) / (n - 1)) / math.sqrt(n)
     change = sum(b - a for a, b in zip(ref_overall, new_overall)) / n
@@ -157,9 +163,14 @@ def test_judge_matches_the_loop_oracle_on_random_predictions(trial):
     assert verdict.reference_hard == pytest.approx(ref_hard, rel=1e-12)
     assert verdict.chosen_overall == pytest.approx(new_overall, rel=1e-12)
     differences = [b - a for a, b in zip(ref_hard, new_hard)]
-    if np.std(differences) < 1e-12:  # scipy warns and returns NaN there: the zero-spread test covers it
+    # The spread's floor, by loops: each hard class's accuracy rounds in steps of 1 / n_k.
+    counts = [sum(1 for y in y_true.tolist() if y == k) for k in hard]
+    counts = [c for c in counts if c > 0]
+    floor = math.sqrt(2 * sum(1 / (12 * c * c) for c in counts)) / len(counts)
+    assert verdict.sd_floor == pytest.approx(floor, rel=1e-12)
+    if np.std(differences) < 1e-12 and not floor:  # scipy warns and returns NaN: the zero-spread test
         return
-    outcome, greater, less = _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall)
+    outcome, greater, less = _oracle_outcome(ref_hard, new_hard, ref_overall, new_overall, floor=floor)
     assert verdict.outcome == outcome
     assert verdict.p_greater == pytest.approx(greater, rel=1e-9)
     assert verdict.p_less == pytest.approx(less, rel=1e-9)
@@ -231,3 +242,33 @@ def test_judge_refuses_bad_input():
     with pytest.raises(VerdictError) as error:
         judge({0: (y3, y3), 1: (y3, y3)}, None, [2], 3)
     assert str(error.value) == NO_HARD_SAMPLE.format(classes=[2])
+
+
+def test_a_spread_below_the_rounding_of_the_test_split_is_not_certainty():
+    """Seen on real trainings (45 test images per class, 3 hard classes): a useless configuration whose
+    3 fresh seeds each beat ERM by the same one-image step had t = inf, p = 0 and was adopted at the
+    first look's level. The test's SD is floored at what the rounding of two figures alone gives."""
+    y = np.repeat(np.arange(10), 45)
+    hard = [1, 8, 9]
+    erm_pred = np.where(np.arange(y.size) % 9 == 0, (y + 1) % 10, y)  # some errors in every class
+    better = erm_pred.copy()
+    better[np.flatnonzero((y == 8) & (erm_pred != y))[0]] = 8  # one more hard-class image right
+    ref = {s: seed_figures(y, erm_pred, hard, 10) for s in (3, 4, 5)}
+    new = {s: seed_figures(y, better, hard, 10) for s in (3, 4, 5)}
+    step = 1 / (3 * 45)
+    level = 1.517361962428643e-05  # the default design's first look, per contender
+    verdict = judge_figures(ref, new, hard_classes=hard, alpha=level)
+    assert verdict.hard_differences == pytest.approx([step] * 3, rel=1e-9) and verdict.sd_difference == 0
+    floor = math.sqrt(2 * 3 / (12 * 45 ** 2)) / 3
+    assert verdict.sd_floor == pytest.approx(floor, rel=1e-12)
+    t = step / (floor / math.sqrt(3))
+    assert verdict.t_statistic == pytest.approx(t, rel=1e-12)
+    assert verdict.p_greater == pytest.approx(stats.t.sf(t, 2), rel=1e-9) and verdict.p_greater > 0.05
+    assert verdict.outcome == "inconclusive"  # was: t = inf, p = 0, confirmed
+    # Figures given as numbers (no rounding known) keep the old reading of a zero spread.
+    plain = judge_figures(_figures([0.7] * 3, [0.9] * 3), _figures([0.7 + step] * 3, [0.9] * 3), alpha=level)
+    assert plain.sd_floor == 0 and plain.p_greater == 0.0
+    # A measured spread above the floor is used as it is (the usual case).
+    wide = judge_figures(ref, {s: SeedFigures(ref[s].hard_tier + d, ref[s].overall, ref[s].rounding_sd)
+                               for s, d in zip((3, 4, 5), (0.02, 0.05, 0.08))})
+    assert wide.t_statistic == pytest.approx(0.05 / (0.03 / math.sqrt(3)), rel=1e-9)

@@ -209,13 +209,21 @@ def verdict_lines(verdict: Verdict) -> list[str]:
     lines += [
         f"  {verdict.chosen} minus ERM, test hard tier: {_points(verdict.mean_difference)} "
         f"points (mean of the per-seed differences ± SD {format_percent(verdict.sd_difference)} over {n} "
-        f"seeds); one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain, "
+        f"seeds){_floor_note(verdict)}; one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain, "
         f"p = {_p(verdict.p_less)} for a loss",
         f"  {verdict.chosen} minus ERM, test overall accuracy: {_points(verdict.overall_change)} points "
         f"(mean over {n} seeds); the cost allowed is ERM's seed SE of overall accuracy over {n} seeds, "
         f"{format_percent(verdict.reference_overall_se)} points",
     ]
     return lines
+
+
+def _floor_note(verdict: Verdict) -> str:
+    """Said when the test used the spread's floor instead of the measured SD (mr2.tune.verdict)."""
+    if not verdict.sd_floor or not verdict.sd_difference < verdict.sd_floor:
+        return ""
+    return (f"; the test uses SD {format_percent(verdict.sd_floor)}, the spread the rounding of the test "
+            "split's accuracies alone gives")
 
 
 def _seeds_sentence(verdict: Verdict) -> str:
