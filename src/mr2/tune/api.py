@@ -1,6 +1,7 @@
-"""``mr2 tune`` from Python: :func:`tune` (your own training function) and :func:`tune_config` (mr2's
-engine with a run configuration). Both build a :class:`mr2.tune.request.TuneRequest` and a trial
-source and call the one driver, :func:`mr2.tune.driver.run_tune`.
+"""``mr2 tune`` from Python: :func:`tune` (your own training function) and :func:`describe_tune` (its
+dry run). :func:`tune` builds a :class:`mr2.tune.request.TuneRequest` and a
+:class:`mr2.tune.source.FunctionSource` and calls the one driver, :func:`mr2.tune.driver.run_tune`;
+mr2's engine with a run configuration is ``mr2 tune --config`` (:mod:`mr2.tune.engine_source`).
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def describe_tune(
     design, the expected and maximum trainings and the first round's trials with their state
     (``finished`` when a previous call stored them). Nothing runs and nothing is written.
 
-    Takes :func:`tune`'s arguments, less ``train_fn``, ``executor``, ``workers`` and ``stream``.
+    Takes :func:`tune`'s arguments, less ``train_fn``, ``class_names``, ``executor``, ``workers`` and
+    ``stream``.
 
     Raises:
         TuneInputError: bad arguments, exactly as :func:`tune` would.
