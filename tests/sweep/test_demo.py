@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers.data_files import write_fashion_mnist as _write_fashion_mnist
-from mr2.cli.demo import comparison_table
+from mr2.cli.demo import DEMO_LEGEND, comparison_table
 from mr2.cli.main import main
 
 
@@ -27,14 +27,25 @@ def test_demo_runs_the_preset_and_prints_the_table(tmp_path, capsys):
             "--epochs", "1"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "mr2 demo: ERM vs MR2 vs mr2_logit_only on Fashion-MNIST (1 epoch, seed 0), 2 run(s) in parallel" in out
-    assert re.search(r"\[3/3\] done (erm|mr2|mr2_logit_only)__seed=0", out)
+    assert ("mr2 demo: ERM vs MR2Loss() (default, T = d) vs the paper's MR2 (T = 1) on Fashion-MNIST (1 epoch, "
+            "seed 0), 2 run(s) in parallel") in out
+    assert re.search(r"\[3/3\] done (erm|mr2|mr2_paper)__seed=0", out)
     header = re.search(r"^method +overall +easy +medium +hard +worst class +\(which\)$", out, re.MULTILINE)
     assert header is not None
     assert re.search(r"^erm +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +\S", out, re.MULTILINE)
     assert re.search(r"^mr2 - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
-    assert re.search(r"^mr2_logit_only - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
-    assert "mr2_logit_only: a labelled variant" in out and "mr2 tune --config" in out
+    assert re.search(r"^mr2_paper - erm +[+-]\d+\.\d\d", out, re.MULTILINE)
+    assert DEMO_LEGEND in out and "MR2Loss(num_classes=10), the default" in out
+    # The rows are the losses the legend names: MR2Loss()'s default and the paper's form.
+    import yaml
+
+    from mr2.losses.mr2 import DEFAULT_VARIANT
+
+    runs = tmp_path / "runs" / "demo"
+    variants = {name: yaml.safe_load((runs / f"{name}__seed=0" / "config.yaml").read_text())["method"]
+                for name in ("mr2", "mr2_paper")}
+    assert variants["mr2"]["options"].get("variant", DEFAULT_VARIANT) == "distance_1d" == DEFAULT_VARIANT
+    assert variants["mr2_paper"]["options"]["variant"] == "paper"
     report = tmp_path / "runs" / "demo" / "report" / "report.md"
     assert f"Report: {report}" in out and report.is_file()
     markdown = report.read_text()

@@ -197,7 +197,7 @@ def test_presets_are_listed_and_valid(tmp_path):
 
 def test_cpu_presets_share_the_protocol():
     demo, reference = load_preset("demo"), load_preset("fashion-mnist")
-    assert [m.label for m in demo.methods] == ["erm", "mr2", "mr2_logit_only"] and demo.seeds == [0]
+    assert [m.label for m in demo.methods] == ["erm", "mr2", "mr2_paper"] and demo.seeds == [0]
     assert [m.label for m in reference.methods] == [
         "erm", "mr2", "lff", "jtt", "group_dro", "focal", "logit_adjustment", "ldam", "cdb"
     ]

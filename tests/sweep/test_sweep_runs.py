@@ -177,7 +177,7 @@ def test_cli_errors_and_presets(tmp_path, capsys):
     assert "unknown sweep key 'seed'" in capsys.readouterr().err
     assert main(["presets"]) == 0
     listing = capsys.readouterr().out
-    assert re.search(r"^demo +ERM vs MR2 \(paper\) vs MR2 logit_only on Fashion-MNIST", listing, flags=re.MULTILINE)
+    assert re.search(r"^demo +ERM vs MR2 \(default, T = d\) vs MR2 \(paper, T = 1\) on Fashion-MNIST", listing, flags=re.MULTILINE)
     assert main(["presets", "demo"]) == 0
     assert "name: demo" in capsys.readouterr().out
 

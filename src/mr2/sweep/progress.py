@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,19 +37,28 @@ def format_duration(seconds: float) -> str:
 
 def estimate_remaining(durations: Sequence[float], left: int, running: Sequence[tuple[str, float]],
                        workers: int, now: float | None = None) -> float:
-    """Seconds until ``left`` unfinished runs end: the mean duration so far for each run not yet
-    started, and what remains of it for each running one (started at the given times), spread over
-    the workers.
+    """Seconds until ``left`` unfinished runs end, assuming each run takes the mean duration so far:
+    each running one (started at the given times) keeps its worker for what remains of the mean, and
+    each run not yet started goes to the worker that frees first (list scheduling); the estimate is
+    when the last worker frees. A run that has just started therefore counts a whole mean duration:
+    with 3 equal runs on 2 workers, the first run's end announces one more run's duration, not half
+    of it (the old estimate divided the total by the workers and said half).
 
     Example:
         >>> estimate_remaining([10.0, 20.0], left=3, running=[("a", 95.0)], workers=2, now=100.0)
-        20.0
+        25.0
+        >>> estimate_remaining([60.0], left=2, running=[("b", 0.0), ("c", 60.0)], workers=2, now=60.0)
+        60.0
     """
     mean = sum(durations) / len(durations)
     now = time.time() if now is None else now
-    remaining = sum(max(0.0, mean - (now - started)) for _, started in running)
-    remaining += mean * max(0, left - len(running))
-    return remaining / max(1, min(workers, left))
+    slots = max(1, workers)
+    free = sorted(max(0.0, mean - (now - started)) for _, started in running)
+    free = (free + [0.0] * slots)[:max(slots, len(free))]
+    heapq.heapify(free)
+    for _ in range(max(0, left - len(running))):
+        heapq.heapreplace(free, free[0] + mean)
+    return max(free)
 
 
 def epoch_progress(point: RunPoint) -> str:
