@@ -22,23 +22,41 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from mr2.io import atomic_write_json
+from mr2.sweep.deathsignal import ORPHANED
 from mr2.sweep.launcher import NEEDS_SUBMITIT, LauncherOptions
 from mr2.sweep.plan import RunPoint
-from mr2.sweep.processes import config_path, train_command
+from mr2.sweep.processes import config_path, stop_tree, train_command
 from mr2.sweep.progress import format_duration, log_tail
 from mr2.sweep.runner import RunOutcome, pending_points
 from mr2.sweep.spec import SweepSpecError
 
-__all__ = ["JOBS_FILE", "SUBMITIT_DIR", "TrainJob", "read_jobs", "submit_points"]
+__all__ = [
+    "JOBS_FILE",
+    "RUNNING_FILE",
+    "SUBMITIT_DIR",
+    "OwnedExecutor",
+    "Owner",
+    "Tethered",
+    "TrainJob",
+    "read_jobs",
+    "stop_leftover_jobs",
+    "submit_points",
+]
 
 SUBMITIT_DIR = "submitit"
 JOBS_FILE = "jobs.json"
@@ -132,10 +150,167 @@ def slurm_executor(folder: Path, options: LauncherOptions, name: str) -> Any:
     return executor
 
 
+# ------------------------------------------------------------- jobs that end with their owner
+#: In a tune's submitit folder: the jobs its last run submitted (the next run stops those still running).
+RUNNING_FILE = "running.json"
+#: Seconds between two looks, inside a job, at whether the process that submitted it is alive.
+TETHER_SECONDS = 0.5
+#: Seconds the trial commands of a stopped leftover job get between SIGTERM and SIGKILL.
+LEFTOVER_GRACE = 10.0
+_LEFTOVERS = ("mr2 tune: stopped {count} job(s) that an earlier run of this tune left running "
+              "(it was killed before it could stop them): {ids}")
+
+
+def _boot_id() -> str:
+    """This machine's boot id ("" where unknown): equal boot ids mean the same machine, same boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:  # pragma: no cover - not Linux
+        return ""
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks after boot), None when it is not running (or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return None if len(fields) < 20 or fields[0] in (b"Z", b"X") else fields[19].decode()
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that submits jobs, as the jobs see it: pid, start time (a reused pid is another
+    process), machine (boot id) and host name."""
+
+    pid: int
+    start: str
+    boot: str
+    host: str
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(os.getpid(), _start_time(os.getpid()) or "", _boot_id(), socket.gethostname())
+
+    def here(self) -> bool:
+        """Whether this process runs on the owner's machine (then :meth:`alive` can tell)."""
+        return bool(self.boot and self.start) and self.boot == _boot_id()
+
+    def alive(self) -> bool:
+        """Whether the owner still runs (on its machine: :meth:`here` must be true)."""
+        return _start_time(self.pid) == self.start
+
+
+class Tethered:
+    """A job's function that ends with the process that submitted it: on the owner's machine (a local
+    executor, or a Slurm job on tune's node) a thread of the job looks every :data:`TETHER_SECONDS`
+    whether the owner still runs, and ends the job's process when it does not (``kill -9`` of tune
+    included). The processes the job started go with it: a trial's command leader gets the kernel's
+    death signal (:func:`mr2.sweep.processes.start_subprocess`) and stops all its trial started;
+    submitit's controller ends when its task does. On another machine the job runs on; the next run
+    of the owner stops it (:func:`stop_leftover_jobs`).
+    """
+
+    def __init__(self, owner: Owner, function: Callable[..., Any]) -> None:
+        self.owner = owner
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.owner.pid != os.getpid() and self.owner.here():
+            if not self.owner.alive():
+                os._exit(ORPHANED)
+            threading.Thread(target=self._watch, name="mr2-tether", daemon=True).start()
+        return self.function(*args, **kwargs)
+
+    def _watch(self) -> None:
+        while self.owner.alive():
+            time.sleep(TETHER_SECONDS)
+        sys.stderr.write(f"mr2: the process that submitted this job ({self.owner.pid} on {self.owner.host}) "
+                         "ended; this job ends too\n")
+        sys.stderr.flush()
+        os._exit(ORPHANED)
+
+
+def _local_controller(pid: int, folder: Path) -> bool:
+    """Whether ``pid`` is a submitit local controller of ``folder`` (so a reused pid is left alone)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if b"submitit.local._local" not in words:
+        return False
+    return any(os.fsencode(folder.absolute()) in word for word in words)
+
+
+def stop_leftover_jobs(folder: Path, stream: TextIO | None = None) -> list[str]:
+    """Stop the jobs listed in ``folder/running.json`` by an earlier run that still run, and forget
+    them; the ids stopped. Local jobs (submitit's ``local`` executor: a controller process per job, on
+    this machine only): each controller and everything under it, SIGTERM, SIGKILL after
+    :data:`LEFTOVER_GRACE` s. Slurm jobs: ``scancel`` (where the command exists). The caller owns the
+    folder (tune's directory lock), so every job listed is a leftover."""
+    file = folder / RUNNING_FILE
+    try:
+        with open(file, "rb") as handle:
+            record = json.loads(handle.read(1 << 20))
+        ids = [str(job) for job in record["jobs"]]
+        executor = str(record["executor"])
+        boot = str(record["owner"]["boot"])
+    except (OSError, ValueError, KeyError, TypeError):  # none, or not ours to read: nothing to stop
+        return []
+    stopped: list[str] = []
+    if executor == "local" and boot == _boot_id():
+        pids = [int(job) for job in ids if job.isdigit() and _local_controller(int(job), folder)]
+        if pids:
+            stop_tree(pids, LEFTOVER_GRACE)
+        stopped = [str(pid) for pid in pids]
+    elif executor == "slurm" and ids and shutil.which("scancel"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=120, check=False,
+                           stdin=subprocess.DEVNULL)
+        stopped = ids
+    if stopped:
+        print(_LEFTOVERS.format(count=len(stopped), ids=", ".join(stopped)),
+              file=stream if stream is not None else sys.stderr, flush=True)
+    with contextlib.suppress(OSError):
+        file.unlink()
+    return stopped
+
+
+class OwnedExecutor:
+    """A submitit executor whose jobs belong to this process: each job is :class:`Tethered` to it,
+    and each submitted job is recorded in ``folder/running.json``; the first submission stops what an
+    earlier run left there (:func:`stop_leftover_jobs`). Everything else is the wrapped executor's.
+    """
+
+    def __init__(self, executor: Any, folder: Path) -> None:
+        self.executor = executor
+        self.folder = folder
+        self.owner = Owner.current()
+        self.ids: list[str] = []
+        self.checked = False
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("executor")  # absent while unpickling (a job's copy of its trial source)
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def submit(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not self.checked:
+            stop_leftover_jobs(self.folder)
+            self.checked = True
+        job = self.executor.submit(Tethered(self.owner, function), *args, **kwargs)
+        self.ids.append(str(job.job_id))
+        atomic_write_json(self.folder / RUNNING_FILE, {
+            "executor": str(getattr(self.executor, "cluster", "slurm")),
+            "owner": dataclasses.asdict(self.owner),
+            "jobs": self.ids,
+        })
+        return job
+
+
 def read_jobs(sweep_dir: Path) -> dict[str, Any]:
     """``<sweep_dir>/submitit/jobs.json`` ({} when the sweep was never submitted)."""
-    import json
-
     file = sweep_dir / SUBMITIT_DIR / JOBS_FILE
     try:
         data = json.loads(file.read_text())

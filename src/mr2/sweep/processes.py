@@ -63,6 +63,7 @@ __all__ = [
     "forward_stop_signals",
     "start_process",
     "start_subprocess",
+    "stop_tree",
     "train_command",
     "write_config",
 ]
@@ -438,6 +439,82 @@ class TrainerPool:
             if not child.wait_for(max(0.1, deadline - time.time())):
                 child.send(signal.SIGKILL)
                 child.wait()
+
+
+# ------------------------------------------------------------------- stopping a process tree
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) of every live (not zombie) process, from /proc ({} without)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # pragma: no cover - no /proc (not Linux)
+        return {}
+    table = {}
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        if len(fields) > 19 and fields[0] not in (b"Z", b"X"):
+            table[int(entry)] = (int(fields[1]), fields[19].decode())  # fields 4 and 22 of proc(5)
+    return table
+
+
+def _tree(roots: Sequence[int], table: dict[int, tuple[int, str]]) -> dict[int, str]:
+    """pid -> start time of each live root and each of its descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found = {pid: table[pid][1] for pid in roots if pid in table}
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found[child] = table[child][1]
+                todo.append(child)
+    return found
+
+
+def stop_tree(roots: Sequence[int], grace: float = STOP_GRACE_SECONDS, *,
+              first: int = signal.SIGTERM) -> int:
+    """Stop processes and all their descendants (Linux, from /proc): ``first`` (SIGTERM) to each, then
+    SIGKILL to those still running after ``grace`` seconds. The tree is looked at again while the
+    grace lasts, so a child started meanwhile is stopped too; a process is signalled only while its
+    start time is the one seen (never a new process that reused a pid). Returns how many were found.
+
+    Example:
+        >>> child = subprocess.Popen(["sleep", "30"])
+        >>> stop_tree([child.pid], grace=1.0), child.wait()
+        (1, -15)
+    """
+    seen: dict[int, str] = {}
+
+    def send(signum: int, *, new_only: bool) -> dict[int, str]:
+        """Signal the tree's live processes (only those not seen before: ``new_only``); the live ones."""
+        table = _process_table()
+        starts = [pid for pid in (*roots, *seen)
+                  if pid in table and seen.get(pid, table[pid][1]) == table[pid][1]]
+        live = {}
+        for pid, start in _tree(starts, table).items():
+            if seen.get(pid, start) != start:
+                continue  # a pid reused by a process that is not of the tree
+            if not (new_only and pid in seen):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signum)
+            seen[pid] = live[pid] = start
+        return live
+
+    if not send(first, new_only=False):
+        return 0
+    deadline = time.monotonic() + grace
+    while send(first, new_only=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for _ in range(20):
+        if not send(signal.SIGKILL, new_only=False):
+            break
+        time.sleep(0.05)
+    return len(seen)
 
 
 @contextlib.contextmanager

@@ -96,6 +96,8 @@ TIMED_OUT = (
 TRIAL_PROCESS = str(Path(__file__).with_name("trial_process.py"))
 #: Seconds between SIGTERM and SIGKILL when a trial command is stopped (tune stopped, or died).
 STOP_GRACE = 2.0
+#: Seconds the leader is given beyond the grace to kill and reap what its trial left.
+LEADER_MARGIN = 5.0
 
 
 _NON_FINITE_PART = NOT_FINITE.split("{count}")[1].split("(")[0]  # " non-finite value"
@@ -175,12 +177,14 @@ def allow_commands() -> None:
 
 
 def _stop(running: list[subprocess.Popen[bytes]], grace: float) -> None:
-    """SIGTERM to each command's process group; SIGKILL to the group after ``grace`` seconds whatever
-    still runs in it (the shell may be gone while a child that traps SIGTERM lives on)."""
+    """SIGTERM to each command's process group. Its leader then stops everything the trial started,
+    in the group or not (SIGKILL after ``grace`` seconds: :mod:`mr2.tune.trial_process`); it is given
+    :data:`LEADER_MARGIN` seconds more for that, then SIGKILL goes to the group whatever still runs
+    in it (a leader that did not end)."""
     for process in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + grace + LEADER_MARGIN
     for process in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(max(0.0, deadline - time.monotonic()))
@@ -351,9 +355,11 @@ def command_source(template: str, request: TuneRequest, *, workers: int = 1,
 
         options = launcher_from_dict(launcher)
         if options.name == "slurm":
-            from mr2.sweep.cluster import slurm_executor
+            from mr2.sweep.cluster import OwnedExecutor, slurm_executor
 
             check_launcher_available(options)
-            source.executor = slurm_executor(request.directory / "submitit", options,
-                                             f"mr2-tune-{request.name}")
+            # Jobs that end with tune, and a record of them for the next run (mr2.sweep.cluster).
+            folder = request.directory / "submitit"
+            jobs = slurm_executor(folder, options, f"mr2-tune-{request.name}")
+            source.executor = OwnedExecutor(jobs, folder)
     return source
