@@ -177,7 +177,7 @@ def test_a_child_that_traps_sigterm_is_killed_after_the_grace(marker):
     leader = _leader(marker, f"setsid {trap} & sleep 1; exit 0")
     start = time.monotonic()
     assert leader.wait(timeout=30) == 0
-    assert STOP_GRACE - 0.5 < time.monotonic() - start < STOP_GRACE + 5
+    assert STOP_GRACE - 0.5 < time.monotonic() - start < STOP_GRACE + 15  # (a loaded machine starts slowly)
     assert leftovers(marker) == {}
 
 
