@@ -74,7 +74,7 @@ def test_reference_and_options(comparison_runs: list[Path], tmp_path: Path, caps
 
 
 def test_single_run(tmp_path: Path, make_run: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    run = make_run(tmp_path / "run", method="erm", seed=0, confusion=np.array([[9, 1], [4, 6]]))
+    run = make_run(tmp_path / "run", method="erm", seed=0, confusion=np.array([[90, 10], [40, 60]]))
     assert main([str(run), "--out", str(tmp_path / "out"), "--bootstrap", "20"]) == 0
     out = capsys.readouterr().out
     assert "| erm | 1 | 75.00 | 90.00 | 60.00 |" in out

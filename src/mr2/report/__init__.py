@@ -15,6 +15,8 @@ Modules (maths, then aggregation, then reading and rendering):
     statistics: mean ± std over seeds, paired t-test, sign test, Spearman (scipy.stats wrappers).
     comparison: the methods x seeds comparison (aggregation).
     diagnostics: per-class statistics (gamma_k, s_k, a_k, margins) against accuracy.
+    degenerate: the flag of a run predicting one class for every sample or sitting at chance.
+    frame: the per-class figures as a pandas DataFrame (``pip install 'mr2[pandas]'``).
     margins: logit margins per sample and per class.
     run_dir: reading and validating run directories.
     predictions: reading predictions files (.npz, .pt, .csv) of any classifier.
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from mr2.report.bootstrap import ConfidenceInterval, bootstrap_confusion, resample_class_counts
     from mr2.report.comparison import Comparison, MethodSummary, compare_runs
     from mr2.report.confusion import ConfusionMatrix, confusion_matrix
+    from mr2.report.degenerate import RunFlag, flag_run
     from mr2.report.diagnostics import ClassDiagnostics, TrainingEvolution, training_evolution
     from mr2.report.disparity import DisparityReport
     from mr2.report.exceptions import (
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
         ReportError,
         RunDirectoryError,
     )
+    from mr2.report.frame import per_class_frame
     from mr2.report.margins import logit_margins, per_class_margin_summary
     from mr2.report.predictions import load_predictions
     from mr2.report.run_dir import RunRecord, load_run, load_runs
@@ -77,7 +81,10 @@ EXPORTS: dict[str, str] = {
     "ClassDiagnostics": "mr2.report.diagnostics",
     "TrainingEvolution": "mr2.report.diagnostics",
     "training_evolution": "mr2.report.diagnostics",
+    "RunFlag": "mr2.report.degenerate",
+    "flag_run": "mr2.report.degenerate",
     "DisparityReport": "mr2.report.disparity",
+    "per_class_frame": "mr2.report.frame",
     "MissingClassWarning": "mr2.report.exceptions",
     "PredictionsError": "mr2.report.exceptions",
     "ReportError": "mr2.report.exceptions",
@@ -118,6 +125,7 @@ __all__ = [
     "ReportOutput",
     "ReportSettings",
     "RunDirectoryError",
+    "RunFlag",
     "RunRecord",
     "SignTest",
     "TierSplit",
@@ -128,6 +136,7 @@ __all__ = [
     "compare_runs",
     "confusion_accuracy",
     "confusion_matrix",
+    "flag_run",
     "load_predictions",
     "load_run",
     "load_runs",
@@ -135,6 +144,7 @@ __all__ = [
     "mean_std",
     "paired_t_test",
     "per_class_accuracy",
+    "per_class_frame",
     "per_class_margin_summary",
     "resample_class_counts",
     "sign_test",

@@ -22,6 +22,10 @@ which is free of that bias.
 
 No correction for multiple comparisons is applied: with many methods and metrics a few p < 0.05 are
 expected by chance.
+
+A run that predicts one class for every sample or whose accuracy sits at chance
+(:mod:`mr2.report.degenerate`) is kept in every figure and named in ``Comparison.flags``; the
+tables mark every method whose mean includes one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from numpy.typing import NDArray
 
 from mr2.report.accuracy import confusion_accuracy
 from mr2.report.bootstrap import ConfidenceInterval, bootstrap_confusion
+from mr2.report.degenerate import RunFlag, flag_run
 from mr2.report.disparity import DisparityReport
 from mr2.report.exceptions import MissingClassWarning, ReportError
 from mr2.report.run_dir import RunRecord, check_comparable
@@ -126,6 +131,8 @@ class Comparison:
         bootstrap: per run name, bootstrap intervals of each table metric (empty if not requested).
         tier_source: the split of the reference runs that ranked the tiers (``"test"`` or
             ``"validation"``), or ``"fixed"``: tiers given to the report (``tiers.ranked_by`` says how).
+        flags: per run name, why the run is degenerate (one class predicted for every sample, or
+            accuracy at chance: :mod:`mr2.report.degenerate`); runs not flagged are absent.
     """
 
     reference: str
@@ -135,6 +142,18 @@ class Comparison:
     alpha: float = 0.05
     bootstrap: dict[str, dict[str, ConfidenceInterval]] = field(default_factory=dict)
     tier_source: str = "test"
+    flags: dict[str, RunFlag] = field(default_factory=dict)
+
+    def flagged_runs(self, method: str) -> list[str]:
+        """The names of ``method``'s degenerate runs (those its mean over seeds includes)."""
+        return [run.name for run in self.method(method).runs if run.name in self.flags]
+
+    def per_class_frame(self, *, runs: bool = False) -> Any:
+        """The per-class figures as a pandas DataFrame, one row per class (needs pandas:
+        ``pip install 'mr2[pandas]'``); see :func:`mr2.report.frame.per_class_frame`."""
+        from mr2.report.frame import per_class_frame
+
+        return per_class_frame(self, runs=runs)
 
     def method(self, name: str) -> MethodSummary:
         """The summary of one method."""
@@ -157,6 +176,7 @@ class Comparison:
                 "paired_t_test": {k: asdict(v) for k, v in summary.paired.items()},
                 "sign_test": asdict(summary.sign) if summary.sign is not None else None,
                 "per_class_mean": summary.per_class_mean,
+                "flagged_runs": [run.name for run in summary.runs if run.name in self.flags],
             }
         runs = {}
         for summary in self.methods:
@@ -169,6 +189,7 @@ class Comparison:
                     "bootstrap": {
                         k: v.to_dict() for k, v in self.bootstrap.get(run.name, {}).items()
                     },
+                    "flag": self.flags[run.name].to_dict() if run.name in self.flags else None,
                 }
         return dict(
             json_safe(
@@ -216,8 +237,10 @@ def _ranked_tiers(reference_runs: Sequence[RunRecord], reference: str, tier_sour
     return tiers
 
 
-def fixed_tiers(assignment: Sequence[int], num_classes: int, ranked_by: str) -> TierSplit:
-    """A :class:`TierSplit` from a given tier index per class (0 = easiest, -1 = unranked).
+def fixed_tiers(assignment: Sequence[int], num_classes: int, ranked_by: str,
+                accuracy: Sequence[float] | None = None) -> TierSplit:
+    """A :class:`TierSplit` from a given tier index per class (0 = easiest, -1 = unranked), with the
+    per-class accuracy that ranked them when given (the per-class rows then run hardest first).
 
     Raises:
         ReportError: not one integer per class, or tier indices that are not 0..T-1 (each used).
@@ -231,8 +254,11 @@ def fixed_tiers(assignment: Sequence[int], num_classes: int, ranked_by: str) -> 
     if (len(values) != num_classes or not used or used != list(range(len(used)))
             or min(values) < -1):
         raise ReportError(_BAD_TIER_ASSIGNMENT.format(num_classes=num_classes, value=items[:20]))
-    return TierSplit(np.asarray(values, dtype=np.int64), default_tier_names(len(used)), ranked_by,
-                     np.full(num_classes, np.nan))
+    ranking = np.full(num_classes, np.nan) if accuracy is None else np.asarray(accuracy, dtype=np.float64)
+    if ranking.shape != (num_classes,):
+        raise ReportError(f"tier_ranking_accuracy must hold one accuracy per class ({num_classes}); got "
+                          f"{ranking.size}")
+    return TierSplit(np.asarray(values, dtype=np.int64), default_tier_names(len(used)), ranked_by, ranking)
 
 
 def compare_runs(
@@ -248,6 +274,7 @@ def compare_runs(
     seed: int = 0,
     tier_assignment: Sequence[int] | None = None,
     tiers_ranked_by: str | None = None,
+    tier_ranking_accuracy: Sequence[float] | None = None,
 ) -> Comparison:
     """Compare runs of several methods (and seeds) against a reference method.
 
@@ -267,6 +294,8 @@ def compare_runs(
             ranking the reference runs: e.g. ``mr2 tune``'s tiers, ranked on the selection's ERM runs
             before the confirmation ran (``tier_source`` and ``num_tiers`` are then not used).
         tiers_ranked_by: what ``tier_assignment`` was ranked on, printed with the tiers.
+        tier_ranking_accuracy: the per-class accuracy ``tier_assignment`` was ranked on (NaN: a class
+            without one), shown as the ranking accuracy; None: unknown.
 
     Returns:
         The :class:`Comparison`.
@@ -287,7 +316,7 @@ def compare_runs(
     reference_runs = by_method[reference]
     if tier_assignment is not None:
         tiers = fixed_tiers(tier_assignment, reference_runs[0].confusion.shape[0],
-                            tiers_ranked_by or "fixed tiers given to the report")
+                            tiers_ranked_by or "fixed tiers given to the report", tier_ranking_accuracy)
     else:
         tiers = _ranked_tiers(reference_runs, reference, tier_source, num_tiers)
     metrics = _table_metrics(tiers, bottom_fraction)
@@ -344,6 +373,13 @@ def compare_runs(
                 np.array([theirs[s] for s in common], dtype=np.float64),
             )
 
+    flags = {}
+    for summary in summaries:
+        for run in summary.runs:
+            flag = flag_run(run.confusion, run.class_names)
+            if flag is not None:
+                flags[run.name] = flag
+
     intervals: dict[str, dict[str, ConfidenceInterval]] = {}
     if bootstrap_resamples > 0:
         keys = [key for key, _ in metrics]
@@ -366,4 +402,5 @@ def compare_runs(
         alpha=alpha,
         bootstrap=intervals,
         tier_source="fixed" if tier_assignment is not None else tier_source,
+        flags=flags,
     )

@@ -35,6 +35,7 @@ from mr2.report.tables import (
     bootstrap_table,
     diagnostics_table,
     difference_table,
+    flags_note,
     missing_p_values,
     per_class_table,
     run_list_table,
@@ -113,6 +114,9 @@ def _comparison_section(comparison: Comparison) -> str:
         "Accuracies in %, mean ± std over seeds.</p>",
         _wide(html_table(summary_table(comparison), table_id="summary")),
     ]
+    note = flags_note(comparison)
+    if note is not None:
+        parts.append(f'<p class="flags"><strong>{html.escape(note, quote=False)}</strong></p>')
     if len(comparison.methods) > 1:
         parts += [
             f"<p>Difference to {reference} in percentage points (paired t-test over seeds; * marks "

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from mr2.report.comparison import Comparison
+from mr2.report.comparison import Comparison, MethodSummary
 from mr2.report.csv_cells import csv_row
+from mr2.report.degenerate import CHANCE_LEVEL, DEGENERATE_MARK
 from mr2.report.diagnostics import CLASS_STATISTICS, ClassDiagnostics, ordered_statistics
 from mr2.report.statistics import RankCorrelation, mean_std
 from mr2.report.tiers import ranking_order
@@ -34,6 +35,7 @@ __all__ = [
     "diagnostics_table",
     "difference_table",
     "escape_markdown",
+    "flags_note",
     "format_p",
     "format_percent",
     "hardest_first",
@@ -148,8 +150,46 @@ def markdown_table(table: Table) -> list[str]:
     ]
 
 
+def _method_cell(comparison: Comparison, summary: MethodSummary) -> Cell:
+    """The method's name, marked with :data:`DEGENERATE_MARK` when its mean includes a degenerate
+    run (the cell's value stays the bare name)."""
+    flagged = any(run.name in comparison.flags for run in summary.runs)
+    return Cell(f"{summary.method} {DEGENERATE_MARK}" if flagged else summary.method, summary.method)
+
+
+def _run_cell(comparison: Comparison, name: str) -> Cell:
+    """A run's name, marked like :func:`_method_cell` when it is degenerate."""
+    return Cell(f"{name} {DEGENERATE_MARK}" if name in comparison.flags else name, name)
+
+
+def flags_note(comparison: Comparison) -> str | None:
+    """The sentence naming every degenerate run and why (None when no run is flagged): what the
+    printed summary and report.md say under the first table.
+
+    The runs stay in every figure; a method whose mean over seeds includes one carries
+    :data:`DEGENERATE_MARK` in the tables.
+    """
+    if not comparison.flags:
+        return None
+    named = "; ".join(
+        f"{run.name} {comparison.flags[run.name].reason()}"
+        for summary in comparison.methods
+        for run in summary.runs
+        if run.name in comparison.flags
+    )
+    count = len(comparison.flags)
+    return (
+        f"{DEGENERATE_MARK} Degenerate run{'s' if count > 1 else ''} (kept in every figure; a mean over "
+        f"seeds marked {DEGENERATE_MARK} includes one): {named}. A run is flagged when it predicts one "
+        "class for every sample, or when its accuracy is not above chance (the accuracy of predicting "
+        "with its own class frequencies while ignoring the input: 1/K on a balanced test split) by an "
+        f"exact one-sided binomial test at the {CHANCE_LEVEL:g} level."
+    )
+
+
 def summary_table(comparison: Comparison) -> Table:
-    """Method, number of seeds, and each table metric as mean ± std over seeds (percent)."""
+    """Method, number of seeds, and each table metric as mean ± std over seeds (percent); a method
+    whose mean includes a degenerate run is marked (:func:`flags_note`)."""
     table = Table(
         ["method", "seeds", *(header for _, header in comparison.metrics)],
         ["left", "right", *(["right"] * len(comparison.metrics))],
@@ -157,7 +197,7 @@ def summary_table(comparison: Comparison) -> Table:
     for summary in comparison.methods:
         table.rows.append(
             [
-                Cell(summary.method, summary.method),
+                _method_cell(comparison, summary),
                 Cell(str(len(summary.runs)), len(summary.runs)),
                 *(_mean_std_cell(summary.mean[k], summary.std[k]) for k, _ in comparison.metrics),
             ]
@@ -203,7 +243,7 @@ def difference_table(comparison: Comparison) -> Table:
             p_value = "" if math.isnan(test.pvalue) else f" (p={format_p(test.pvalue)})"
             text = f"{format_percent(difference, signed=True)}{mark}{p_value}"
             cells.append(Cell(text, _value(difference)))
-        table.rows.append([Cell(summary.method, summary.method), Cell(str(pairs), pairs), *cells])
+        table.rows.append([_method_cell(comparison, summary), Cell(str(pairs), pairs), *cells])
     return table
 
 
@@ -220,7 +260,7 @@ def sign_table(comparison: Comparison) -> Table:
         assert sign is not None
         table.rows.append(
             [
-                Cell(summary.method, summary.method),
+                _method_cell(comparison, summary),
                 Cell(str(sign.better), sign.better),
                 Cell(str(sign.worse), sign.worse),
                 Cell(str(sign.ties), sign.ties),
@@ -241,6 +281,9 @@ def comparison_markdown(comparison: Comparison) -> str:
         "",
         *markdown_table(summary_table(comparison)),
     ]
+    note = flags_note(comparison)
+    if note is not None:
+        lines += ["", escape_markdown(note)]
     if len(comparison.methods) > 1:
         lines += [
             "",
@@ -281,23 +324,31 @@ def bootstrap_table(comparison: Comparison) -> Table:
                     )
             seed = "" if run.seed is None else str(run.seed)
             table.rows.append(
-                [Cell(run.name, run.name), Cell(run.method, run.method), Cell(seed, run.seed), *cells]
+                [_run_cell(comparison, run.name), Cell(run.method, run.method), Cell(seed, run.seed), *cells]
             )
     return table
 
 
 def run_list_table(comparison: Comparison) -> Table:
-    """The runs: name, method, seed and where they were read from."""
-    table = Table(["run", "method", "seed", "directory"], ["left", "left", "right", "left"])
+    """The runs: name, method, seed and where they were read from; a column saying why a run is
+    degenerate when some run is (:mod:`mr2.report.degenerate`)."""
+    flagged = bool(comparison.flags)
+    table = Table(
+        ["run", "method", "seed", "directory", *(["degenerate"] if flagged else [])],
+        ["left", "left", "right", "left", *(["left"] if flagged else [])],
+    )
     for summary in comparison.methods:
         for run in summary.runs:
             path = "" if run.path is None else str(run.path)
+            flag = comparison.flags.get(run.name)
+            reason = "" if flag is None else flag.reason()
             table.rows.append(
                 [
-                    Cell(run.name, run.name),
+                    _run_cell(comparison, run.name),
                     Cell(run.method, run.method),
                     Cell("" if run.seed is None else str(run.seed), run.seed),
                     Cell(path, path),
+                    *([Cell(reason, reason)] if flagged else []),
                 ]
             )
     return table

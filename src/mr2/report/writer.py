@@ -64,6 +64,11 @@ class ReportOutput:
     markdown: str
     files: list[Path] = field(default_factory=list)
 
+    def per_class_frame(self, *, runs: bool = False) -> Any:
+        """The per-class figures as a pandas DataFrame, one row per class (needs pandas:
+        ``pip install 'mr2[pandas]'``); see :func:`mr2.report.frame.per_class_frame`."""
+        return self.comparison.per_class_frame(runs=runs)
+
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "run"
