@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
 from mr2.tune.candidates import Candidate
-from mr2.tune.design import Advice, Design
+from mr2.tune.design import Advice, Design, Look
 from mr2.tune.selection import ValidationFigures, choose, rule_text
 from mr2.tune.text import (
     ERM_AT_FIRST_USE,
+    HAPPENED,
     SMALL_VALIDATION_WARNING,
     advice_text,
     choice_explanation,
@@ -23,6 +25,7 @@ from mr2.tune.text import (
     choice_text,
     design_text,
     verdict_lines,
+    what_happened,
 )
 from mr2.tune.verdict import OUTCOMES, SeedFigures, judge_figures
 
@@ -139,8 +142,14 @@ REASON = {"confirmed": "confirmed", "inconclusive": "inconclusive", "gain with a
           "contradicted": "contradicted"}
 SAYS = {
     "confirmed": "ADOPT mr2-paper-c1: on fresh seeds it beats ERM on the test hard tier at the stated error rate",
-    "inconclusive": "KEEP ERM (plain cross-entropy training, the reference). Inconclusive: on fresh seeds the gain",
-    "overall_cost": "A trade-off, not adopted: the hard-tier gain is significant but overall accuracy falls",
+    "inconclusive, up": ("KEEP ERM (plain cross-entropy training, the reference). A gain below the level: on fresh "
+                         "seeds mr2-paper-c1 gained +1.00 points on the test hard tier over 4 seeds"),
+    "gain with a cost": ("A cost in overall accuracy, not adopted: mr2-paper-c1 gained on the test hard tier "
+                         "significantly, but lost more overall accuracy than ERM's seed standard error. "
+                         "mr2-paper-c1: overall accuracy -4.00 points, the cost allowed 0.48 points"),
+    "inconclusive, down": ("KEEP ERM (plain cross-entropy training, the reference). No gain: on fresh seeds "
+                           "mr2-paper-c1's mean change of the test hard tier against ERM was -0.50 points over 4 "
+                           "seeds."),
     "contradicted": "Contradicted: on fresh seeds the best contender is significantly worse than ERM on the hard tier.",
 }
 CANDIDATE = Candidate("mr2-paper-c1", "mr2", {"variant": "paper", "c_bar": 1.0})
@@ -161,7 +170,7 @@ def _advice(case: str) -> Advice:
 def test_the_advice_says_what_to_do_last_and_pastes_what_to_use(case, kind):
     advice = _advice(case)
     text = advice_text(advice, CANDIDATE if advice.adopt else ERM_CANDIDATE, kind)
-    assert SAYS[advice.reason] in text
+    assert SAYS[case] in text
     assert "classes 1, 4, ranked on ERM's validation accuracies" in text
     assert f"fresh seeds 3, 4, 5, 6), {CANDIDATE.label} against {ERM_AT_FIRST_USE}" in text
     block = text.rsplit("\n\n", 1)[1]  # the last paragraph: what to use
@@ -196,7 +205,7 @@ def test_no_confirmation_keeps_erm_and_says_why(reason):
 
 
 def test_the_outcomes():
-    assert set(OUTCOMES) == {"confirmed", "gain with a cost", "inconclusive", "contradicted", "nothing to confirm"}
+    assert set(OUTCOMES) >= {"confirmed", "gain with a cost", "inconclusive", "contradicted", "nothing to confirm"}
 
 
 def test_the_design_in_words_states_the_error_rate():
@@ -224,8 +233,119 @@ def test_with_the_best_gate_selection_names_the_contenders_and_recommends_nothin
 
 
 def test_the_docs_section_the_small_validation_warning_names_exists():
-    from pathlib import Path
-
     section = re.search(r"docs/tune\.md, '([^']+)'", SMALL_VALIDATION_WARNING).group(1)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "tune.md").read_text()
     assert f"\n## {section}\n" in docs
+
+
+def _look(contender: str, look: int, mean: float, decision: str, *, t: float = -0.8, p: float = 0.75,
+          level: float = 1.5e-5) -> Look:
+    return Look(contender, look, list(range(9, 9 + 3 * (look + 1))), mean, t, p, level, decision == "overall_cost",
+                decision)
+
+
+def test_a_futility_stop_is_said_as_such_not_as_a_gain_not_significant():
+    """Issue 45: both contenders stopped for futility at the first look, mean change -0.50: the printed
+    reason says futility, the look and that the confirmation ended early (it said 'the gain was not
+    significant')."""
+    looks = [_look("mr2-paper-c1", 0, -0.005, "futility"), _look("mr2-logit_only-c1", 0, -0.002, "futility")]
+    verdict = judge_figures(ERM, {seed: SeedFigures(*pair) for seed, pair in zip(ERM, CHOSEN["inconclusive, down"])},
+                            chosen_label="mr2-paper-c1")
+    advice = Advice(False, "erm", "mr2-paper-c1", verdict, looks, "inconclusive",
+                    ["mr2-paper-c1", "mr2-logit_only-c1"], design=Design(futility=0.5))
+    text = advice_text(advice, ERM_CANDIDATE, "command")
+    keep = next(line for line in text.splitlines() if line.startswith("KEEP"))
+    assert "Stopped for futility at look 1 (3 fresh seeds): both contenders showed too little gain" in keep
+    assert "(t at or below 0.5)" in keep and "mr2-paper-c1 -0.50, mr2-logit_only-c1 -0.20" in keep
+    assert "ended early, before its last look" in keep
+    assert "not significant" not in keep
+    assert "  look 1 (3 seeds): mr2-paper-c1 -0.50 points (t = -0.80, p = 0.75; level 0.0015%): stopped for futility" in text
+    assert what_happened(advice)[0] == "futility"
+
+
+@pytest.mark.parametrize(
+    ("decisions", "kind"),
+    [
+        ([("a", 0, 0.004, "continue"), ("b", 0, -0.01, "futility"), ("a", 1, 0.003, "stop")], "gain_below_level"),
+        ([("a", 0, 0.004, "continue"), ("a", 1, -0.001, "stop")], "no_gain"),
+        ([("a", 0, 0.004, "continue"), ("b", 0, 0.03, "overall_cost"), ("a", 1, 0.001, "stop")], "overall_cost"),
+        ([("a", 0, -0.01, "futility"), ("b", 0, 0.0, "futility")], "futility"),
+        ([("a", 0, 0.03, "unstable"), ("b", 0, -0.01, "futility")], "unstable"),
+    ],
+)
+def test_what_happened_follows_the_looks_decisions(decisions, kind):
+    """The kind comes from the looks' typed decisions (an oracle written out here), never from the
+    wording of ``ruled_out``: those texts are nonsense here."""
+    looks = [_look(c, j, m, d, t=1.0 if m > 0 else -1.0, p=0.2) for c, j, m, d in decisions]
+    last = {c: (j, m, d) for c, j, m, d in decisions}
+    reason = "overall_cost" if any(d == "overall_cost" for _, _, d in last.values()) else "inconclusive"
+    advice = Advice(False, "erm", "a", None, looks, reason, ["a", "b"], ruled_out={"b": "zzz"})
+    got, sentence = what_happened(advice)
+    reached = [(m, c) for c, (j, m, d) in last.items() if d not in ("futility", "overall_cost")]
+    expected = ("overall_cost" if reason == "overall_cost" else
+                "unstable" if any(d == "unstable" for _, _, d in last.values()) else
+                "futility" if not reached else "gain_below_level" if max(reached)[0] > 0 else "no_gain")
+    assert got == expected == kind
+    assert got in HAPPENED
+    if kind == "overall_cost":
+        assert sentence.startswith("A cost in overall accuracy, not adopted: b gained on the test hard tier")
+        assert "b +3.00 points at look 1" in sentence
+    if kind == "gain_below_level":
+        assert "a gained +0.30 points" in sentence and "(b stopped for futility at look 1)" in sentence
+
+
+NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal"]
+
+
+def test_hard_classes_are_named_when_the_names_are_known():
+    choice = choose(_runs(40))
+    hard = choice.hard_classes
+    named = ", ".join(f"{NAMES[k]} ({k})" for k in hard)
+    assert f"validation samples): {named}." in choice_text(choice, class_names=NAMES)
+    advice = _advice("inconclusive, up")
+    text = advice_text(advice, ERM_CANDIDATE, "command", class_names=NAMES)
+    assert "classes Trouser (1), Coat (4), ranked on ERM's validation accuracies" in text
+    assert "classes 1, 4, ranked" in advice_text(advice, ERM_CANDIDATE, "command")
+
+
+def test_the_small_validation_warning_gives_the_measured_figures():
+    """It said a one-point gain is 'seldom found'; the digits study adopted one in 63% of tunes at 22
+    scored samples per class, and the simulation in 3-4% at 10 with a noisy test split."""
+    text = SMALL_VALIDATION_WARNING.format(median=22, min=21, limit=50)
+    assert "seldom" not in text
+    assert "with 22 per class (scikit-learn's digits, real trainings) a real gain of about 1 point was adopted " \
+           "in 63% of tunes (19 of 30)" in text
+    assert "a +1.0-point gain in 3-4%" in text
+    docs = (Path(__file__).resolve().parents[2] / "docs").joinpath("tune.md").read_text()
+    study = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "tune-new-user.md").read_text()
+    assert "21-23 per scoring half" in study and "**63.3 %** (19;" in study
+    assert "a +1.0-point gain is adopted in 3-4 % of tunes" in docs.replace("\n", " ")
+
+
+class _Source:
+    """A trial source stub for ``describe``: nothing finished."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def is_finished(self, trial: object) -> bool:
+        return False
+
+    def describe(self, trial: object) -> str:
+        return ""
+
+
+@pytest.mark.parametrize(("kind", "losses_only", "count"), [("engine", False, 17), ("python", True, 15),
+                                                            ("command", True, 15)])
+def test_the_header_counts_the_candidates_against_erm_as_the_docs_do(tmp_path, kind, losses_only, count):
+    """It said '16 candidates' (Python) and '18' (--config) where the docs said 15 and 17 against ERM."""
+    from mr2.tune.driver import describe
+    from mr2.tune.request import make_request
+
+    request = make_request(num_classes=6, candidates="full", losses_only=losses_only, output_dir=tmp_path, name="c")
+    header = describe(request, _Source(kind)).splitlines()[0]  # type: ignore[arg-type]
+    assert f": {count} candidates against ERM (full;" in header
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "tune.md").read_text()
+    assert "(17 candidates against ERM; 15 with your own code" in docs and "(3 candidates against ERM)" in docs
+    quick = make_request(num_classes=6, candidates="quick", losses_only=losses_only, output_dir=tmp_path, name="c")
+    assert ": 3 candidates against ERM (quick;" in describe(quick, _Source(kind)).splitlines()[0]  # type: ignore[arg-type]

@@ -328,7 +328,7 @@ def test_tune_through_the_slurm_launcher_runs_every_run_as_a_submitit_job(tmp_pa
     record = json.loads((directory / "recommendation.json").read_text())
     request = _request(out_dir, seeds="2", confirm_seeds="2")
     plan, trials = _replay(request)
-    assert record["selection"]["recommended"] == _choice(request).recommended
+    assert record["selection"]["best_other"] == _choice(request).best
     assert record["advice"] == _json(plan.advice().to_dict())
     for phase in ("selection", "confirmation"):
         expected = sorted(f"{label}__seed={seed}" for p, label, seed in trials if p == phase)

@@ -3,11 +3,12 @@ engine (``--config RUN.yaml``) or for training code of your own (``--command``).
 
 Examples::
 
-    mr2 tune --config my-run.yaml                                   # full: 18 candidates x 3 seeds
-    mr2 tune --config my-run.yaml --candidates quick --criterion worst_class --workers 2  # 4 candidates
+    mr2 tune --config my-run.yaml                                   # full: 17 candidates against ERM
+    mr2 tune --config my-run.yaml --candidates quick --criterion worst_class --workers 2  # 3 against ERM
     mr2 tune --config my-run.yaml --seeds 5 --confirm-seeds 5 --dry-run
     mr2 tune --config my-run.yaml --launcher slurm --launcher-option partition=gpu   # docs/cluster.md
     mr2 tune --command 'python train.py --loss-json {loss} --seed {seed} --out {out}' --num-classes 10
+    mr2 tune --command '...' --num-classes 10 --dry-run --time-one-trial   # time ERM's first trial once
 
 Running the same command again reuses finished runs (trials) and resumes interrupted ones. This
 module only parses arguments: it builds the request and the trial source (:mod:`mr2.tune.request`,
@@ -53,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "list disjoint from them (default: what the design uses, 9; only the seeds its looks "
                         "need are trained)")
     parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full|LABEL,LABEL,..",
-                        help="quick: ERM and MR2's paper, logit_only, distance_1d at c_bar 1 (4); full: ERM, "
-                        "every variant at 3 c_bar or margin values and 5 baselines (18; docs/tune.md); or "
+                        help="quick: MR2's paper, logit_only, distance_1d at c_bar 1 (3 candidates against "
+                        "ERM); full: every variant at 3 c_bar or margin values and 5 baselines (17 against "
+                        "ERM, 15 with --command: jtt and hbr need --config; docs/tune.md); or "
                         f"labels of full's candidates, erm among them (default {DEFAULT_CANDIDATES})")
     parser.add_argument("--criterion", default="hard_tier", metavar="hard_tier|worst_class|overall",
                         help="validation figure the candidates are compared by (default hard_tier)")
@@ -78,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --command: a trial running longer is stopped and FAILS (its candidate is "
                         "ruled out; default: no limit)")
     parser.add_argument("--dry-run", action="store_true", help="print the rule and the runs; train nothing")
+    parser.add_argument("--time-one-trial", action="store_true",
+                        help="with --command --dry-run: run ERM's first trial once, in a temporary "
+                        "directory, and print the expected and the most time the tune would take from its "
+                        "wall time")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     except rejected as error:
         print(f"mr2 tune: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if prepared is None:  # --dry-run
-        return 0
+    if prepared is None or isinstance(prepared, int):  # --dry-run (its exit code)
+        return prepared or 0
     from mr2.tune.runtime import run_stoppable
 
     return run_stoppable(*prepared)
@@ -126,6 +132,8 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
                         ("--trial-timeout", args.trial_timeout)):
         if value is not None:
             raise TuneInputError(_COMMAND_ONLY.format(flag=flag))
+    if args.time_one_trial:
+        raise TuneInputError(_TIME_COMMAND_ONLY)
     config = load_config(args.config, args.overrides)
     request = make_request(
         output_dir=args.output_dir or config.output_dir, name=args.name or f"tune-{Path(args.config).stem}",
@@ -148,7 +156,7 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
     return request.with_num_classes(classes), source
 
 
-def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
+def _command(args: argparse.Namespace) -> tuple[Any, Any] | int | None:
     """``mr2 tune --command``: the request and the command source, checked before anything is written."""
     from mr2.report.predictions import read_class_names
     from mr2.tune import TuneInputError
@@ -162,6 +170,8 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
         if given:
             raise TuneInputError(_CONFIG_ONLY.format(flag=flag))
     check_command(args.command)  # the template first: its problems are the most likely ones
+    if args.time_one_trial and not args.dry_run:
+        raise TuneInputError(_TIME_NEEDS_DRY_RUN)
     if args.num_classes is None:
         raise TuneInputError(_NEEDS_NUM_CLASSES)
     workers = 1 if args.workers is None else args.workers  # mr2 cannot set the command's threads
@@ -172,20 +182,38 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | None:
         num_classes=args.num_classes, candidates=args.candidates, seeds=args.seeds,
         confirm_seeds=args.confirm_seeds, criterion=args.criterion, output_dir=args.output_dir or "runs",
         name=args.name or "tune", class_names=names)
-    source = command_source(args.command, request, workers=workers, launcher=_launcher(args),
-                            timeout=args.trial_timeout)
+    def make_source(request: Any) -> Any:
+        return command_source(args.command, request, workers=workers, launcher=_launcher(args),
+                              timeout=args.trial_timeout)
+
+    source = make_source(request)
     warning = interpreter_warning(args.command)
     if warning:
         print(warning, file=sys.stderr)
     if args.dry_run:
         from mr2.tune.driver import describe
 
-        print(describe(request, source, commands=True))
-        print(NO_ESTIMATE_COMMAND)
-        return None
+        print(describe(request, source, commands=True), flush=True)
+        if not args.time_one_trial:
+            print(NO_ESTIMATE_COMMAND)
+            return None
+        from mr2.tune.command import allow_commands, stop_commands
+        from mr2.tune.estimate import time_one_trial
+
+        allow_commands()  # an earlier tune in this process may have stopped the commands
+        try:
+            line, ok = time_one_trial(request, make_source, workers, sys.stdout)
+        finally:
+            stop_commands()  # after Ctrl-C: no trial command outlives the dry run
+        print(line)
+        return 0 if ok else EXIT_FAILED_RUNS
     return request, source
 
 
 _COMMAND_ONLY = "{flag} applies to --command (a --config run configuration knows its classes)"
 _CONFIG_ONLY = "{flag} applies to --config (your command sets up its own training)"
+_TIME_NEEDS_DRY_RUN = (
+    "--time-one-trial applies to --dry-run (a tune prints its time estimate after ERM's first trial)"
+)
+_TIME_COMMAND_ONLY = "--time-one-trial applies to --command (a --config dry run measures its steps itself)"
 _NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"

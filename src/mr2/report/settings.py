@@ -27,6 +27,8 @@ class ReportSettings:
         tier_assignment: fixed tiers, one index per class (0 = easiest, -1 = unranked), used instead of
             ranking the reference runs (``num_tiers`` and ``tier_source`` then unused).
         tiers_ranked_by: what ``tier_assignment`` was ranked on (printed with the tiers).
+        tier_ranking_accuracy: the per-class accuracy ``tier_assignment`` was ranked on (the
+            per-class rows run hardest first by it).
     """
 
     reference: str | None = None
@@ -41,6 +43,7 @@ class ReportSettings:
     html: bool = True
     tier_assignment: tuple[int, ...] | None = None
     tiers_ranked_by: str | None = None
+    tier_ranking_accuracy: tuple[float, ...] | None = None
 
     def comparison_options(self) -> dict[str, Any]:
         """The keyword arguments of :func:`mr2.report.comparison.compare_runs`.

@@ -1,10 +1,11 @@
 """The configurations ``mr2 tune`` compares: ERM, MR2 variants and baselines, as sweep entries.
 
 ``quick``: ERM and the MR2 variants ``paper``, ``logit_only`` and ``distance_1d`` at ``c_bar = 1``
-(4 candidates). ``full``: ERM, those three variants at ``c_bar`` in {0.5, 1, 2}, ``additive_margin``
-at ``margin_scale`` in {0.25, 0.5, 1}, and the baselines of :data:`FULL_BASELINES` at their
-documented defaults (18 candidates). :data:`DEFAULT_CANDIDATE_SET` is used when none is given. A
-candidate is a plain method entry of a sweep (:mod:`mr2.sweep`); nothing here runs.
+(3 candidates against ERM). ``full``: ERM, those three variants at ``c_bar`` in {0.5, 1, 2},
+``additive_margin`` at ``margin_scale`` in {0.25, 0.5, 1}, and the baselines of
+:data:`FULL_BASELINES` at their documented defaults (17 candidates against ERM).
+:data:`DEFAULT_CANDIDATE_SET` is used when none is given. A candidate is a plain method entry of a
+sweep (:mod:`mr2.sweep`); nothing here runs.
 """
 
 from __future__ import annotations

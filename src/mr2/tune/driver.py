@@ -13,11 +13,18 @@ Failures have one rule (:mod:`mr2.tune.source`): a failed trial rules its candid
 
 Layout of ``<output_dir>/<name>/``: the source's trials (``selection/`` and ``confirmation/`` sweeps
 for the engine, ``trials/`` for your own code), ``confirmation/report/`` (the confirmation's disparity
-report, on the verdict's tiers) and ``recommendation.json`` (:class:`mr2.tune.record.TuneRecord`).
+report, on the verdict's tiers, with its plots), ``recommendation.json``
+(:class:`mr2.tune.record.TuneRecord`) and beside it the tune's picture, ``tune.html`` with its PNGs
+(:mod:`mr2.tune.picture`: the selection's race and the confirmation's looks).
+
+What it prints: the rule and design, the trials, a time estimate after ERM's first trial
+(:func:`mr2.tune.estimate.remaining_text`), the selection's table, the confirmation's table and looks,
+and the advice last (:mod:`mr2.tune.text`), with class names where they are known.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -41,13 +48,23 @@ from mr2.rundir.lock import RunLock, RunLockedError, lock_holder
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
 from mr2.tune.design import Advice, Design
 from mr2.tune.errors import TuneInputError
+from mr2.tune.estimate import remaining_text
+from mr2.tune.picture import picture_data, write_picture
 from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
 from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, rule_text, split_halves
 from mr2.tune.source import TrialResult, TrialSource, format_seconds
-from mr2.tune.text import advice_text, choice_explanation, choice_text, design_text, early_size_warning
+from mr2.tune.text import (
+    ERM_AT_FIRST_USE,
+    advice_text,
+    choice_explanation,
+    choice_text,
+    design_text,
+    early_size_warning,
+    what_happened,
+)
 from mr2.tune.trials import Trial
-from mr2.tune.verdict import Verdict, seed_figures
+from mr2.tune.verdict import SeedFigures, Verdict, seed_figures
 
 __all__ = ["TuneResult", "describe", "run_tune"]
 
@@ -58,6 +75,8 @@ TUNE_LOCKED = (
     "tune directory {path} is in use by process {pid} (another mr2 tune into it); wait for it to end or "
     "stop it, or give this tune another --name or --output-dir"
 )
+_HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+_NO_PICTURE = "no picture: {error}"
 _TIERS_RANKED_BY = (
     "ERM's selection runs (mean per-class validation accuracy over all validation samples), fixed before "
     "the confirmation: the verdict's tiers"
@@ -76,6 +95,7 @@ class TuneResult:
         recommendation_file: its path.
         report_dir: the confirmation report's directory (None if none could be written).
         failed: candidate label -> why its trial failed.
+        picture: the tune's picture, ``tune.html`` beside ``recommendation.json`` (None: not drawn).
     """
 
     request: TuneRequest
@@ -85,6 +105,7 @@ class TuneResult:
     recommendation_file: Path
     report_dir: Path | None = None
     failed: dict[str, str] = field(default_factory=dict)
+    picture: Path | None = None
 
     @property
     def adopt(self) -> bool:
@@ -118,7 +139,8 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
     kind = {"engine": "mr2's engine runs every candidate, two-stage procedures included",
             "python": "your train_fn runs the losses", "command": "your command runs the losses"}
     lines = [
-        f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates)} candidates "
+        f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates) - 1} candidates against "
+        "ERM "
         f"({request.candidate_set}; {kind.get(source.kind, source.kind)}), criterion {request.criterion}",
         "",
         "Rule: " + textwrap.fill(rule_text(request.criterion, gate=request.design.gate), 100,
@@ -172,6 +194,11 @@ class _Run:
         self.trainings = 0
         self.announced = False
         self.warned = False
+        self.estimated = False
+        #: label -> seed -> figures, as fed to the plan (for the picture and the report's ranking).
+        self.validation: dict[str, dict[int, ValidationFigures]] = {}
+        self.test: dict[str, dict[int, SeedFigures]] = {}
+        self.test_per_class: dict[str, dict[int, np.ndarray]] = {}
 
     @property
     def num_classes(self) -> int:
@@ -179,8 +206,22 @@ class _Run:
         assert k is not None, "the source knows K once a trial finished"
         return k
 
+    @property
+    def class_names(self) -> list[str] | None:
+        names = self.request.class_names or getattr(self.source, "class_names", None)
+        return None if names is None else list(names)
+
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+    def estimate(self, result: TrialResult) -> None:
+        """The time left, once, after the first of ERM's trials trained in this call."""
+        if self.estimated or result.reused or not result.seconds > 0:
+            return
+        self.estimated = True
+        workers = getattr(self.source, "workers", None) or 1
+        self.say(remaining_text(result.seconds, self.trainings, self.plan.expected_trainings(),
+                                self.plan.max_trainings(), workers))
 
     def feed(self, result: TrialResult) -> None:
         trial = result.trial
@@ -203,6 +244,7 @@ class _Run:
             figures = ValidationFigures.from_predictions(f"{label}@{trial.seed}", trial.seed, y_true, y_pred,
                                                          self.num_classes)
             self.plan.record_validation(label, trial.seed, figures)
+            self.validation.setdefault(label, {})[trial.seed] = figures
             if not self.warned and label == REFERENCE_LABEL:
                 self.warned = True
                 warning = early_size_warning(_samples_per_class(y_true, self.num_classes))
@@ -210,8 +252,13 @@ class _Run:
                     self.say(warning)
         else:
             y_true, y_pred = result.predictions["test"]
-            self.plan.record_test(label, trial.seed, seed_figures(y_true, y_pred, self.plan.hard_classes,
-                                                                  self.num_classes))
+            test = seed_figures(y_true, y_pred, self.plan.hard_classes, self.num_classes)
+            self.plan.record_test(label, trial.seed, test)
+            self.test.setdefault(label, {})[trial.seed] = test
+            per_class = _per_class(y_true, y_pred, self.num_classes)
+            self.test_per_class.setdefault(label, {})[trial.seed] = per_class
+        if label == REFERENCE_LABEL:
+            self.estimate(result)
 
     def round(self, trials: list[Trial]) -> None:
         if not self.results and trials and trials[0].candidate.is_reference:
@@ -231,7 +278,8 @@ class _Run:
         self.announced = True
         rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule, gate=self.request.design.gate)
         self.say("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "))
-        self.say("\n" + choice_text(choice, sent_on(self.request.design, self.plan.contenders)))
+        contenders = sent_on(self.request.design, self.plan.contenders)
+        self.say("\n" + choice_text(choice, contenders, self.class_names))
         contenders = self.plan.contenders
         seeds = self.request.confirm_seeds
         if contenders:
@@ -239,6 +287,28 @@ class _Run:
                      f"{', '.join(contenders)}")
         else:
             self.say("\n== confirmation: no candidate to confirm")
+
+
+def _per_class(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """Per-class accuracy [K] (NaN: no sample of the class)."""
+    true = np.asarray(y_true, dtype=np.int64)
+    count = np.bincount(true, minlength=num_classes).astype(np.float64)
+    hit = (true == np.asarray(y_pred)).astype(np.float64)
+    correct = np.bincount(true, weights=hit, minlength=num_classes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, correct / np.maximum(count, 1), np.nan)
+
+
+def _ranking_accuracy(run: _Run) -> tuple[float, ...] | None:
+    """ERM's mean per-class validation accuracy over its selection runs: what ranked the verdict's
+    tiers (NaN: a class without a validation sample)."""
+    runs = run.validation.get(REFERENCE_LABEL, {})
+    if not runs:
+        return None
+    values = np.array([figures.per_class_accuracy for figures in runs.values()], dtype=np.float64)
+    present = ~np.isnan(values)
+    mean = np.where(present, values, 0.0).sum(0) / np.maximum(present.sum(0), 1)
+    return tuple(float(v) for v in np.where(present.any(0), mean, np.nan))
 
 
 def _samples_per_class(y_true: np.ndarray, num_classes: int) -> tuple[int, float]:
@@ -273,8 +343,9 @@ def _report(run: _Run, choice: Choice | None) -> tuple[ReportOutput | None, Path
         return None, None, ""
     tiers = None if choice is None or not any(t >= 0 for t in choice.tiers) else tuple(choice.tiers)
     settings = ReportSettings(reference=REFERENCE_LABEL, tier_source="validation", bootstrap_resamples=1000,
-                              plots=False, tier_assignment=tiers,
-                              tiers_ranked_by=None if tiers is None else _TIERS_RANKED_BY)
+                              plots=_HAS_MATPLOTLIB, tier_assignment=tiers,
+                              tiers_ranked_by=None if tiers is None else _TIERS_RANKED_BY,
+                              tier_ranking_accuracy=None if tiers is None else _ranking_accuracy(run))
     target = request.directory / "confirmation" / "report"
     try:
         return write_report(records, target, settings), target, ""
@@ -368,6 +439,7 @@ def _finish(run: _Run) -> TuneResult:
         figures = {key: full.get(key) for key in ("reference", "tiers", "methods")}
     confirmation_seeds = sorted({r.trial.seed for r in run.results.values()
                                  if r.trial.phase == "confirmation"})
+    happened, explanation = what_happened(advice)
     source_record = run.source.record()
     record = TuneRecord(
         adopt=advice.adopt,
@@ -381,14 +453,12 @@ def _finish(run: _Run) -> TuneResult:
         candidate_set=request.candidate_set,
         source={k: v for k, v in source_record.items() if k != "base_config"},
         num_classes=run.num_classes,
-        selection={"seeds": request.seeds, "split": "validation",
-                   **({} if choice is None else {**choice.to_dict(),
-                                                 "explanation": choice_explanation(
-                                                     choice, sent_on(request.design, advice.contenders))})},
+        selection=_selection_record(request, choice, advice),
         failed=run.failed,
         confirmation={"seeds": confirmation_seeds, "split": "test",
                       "report": None if report_dir is None else str(report_dir / "report.json"),
-                      "figures": figures, "error": report_error or None},
+                      "figures": figures, "error": report_error or None,
+                      "what_happened": happened, "explanation": explanation or None},
         verdict=None if advice.verdict is None else advice.verdict.to_dict(),
         advice=advice.to_dict(),
         trainings=run.trainings,
@@ -408,6 +478,48 @@ def _finish(run: _Run) -> TuneResult:
     seconds = sum(r.seconds for r in run.results.values())
     print(f"\n{run.trainings} trainings ({format_seconds(seconds)} of training); "
           f"recommendation: {recommendation_file}", file=out)
-    print("\n" + advice_text(advice, use, source.kind), file=out, flush=True)
+    picture, picture_error = _picture(run, advice, use, happened, explanation, report_dir)
+    print(f"Picture: {picture}" if picture is not None else f"\n{picture_error}", file=out)
+    print("\n" + advice_text(advice, use, source.kind, run.class_names), file=out, flush=True)
     return TuneResult(request, choice, advice, record, recommendation_file, report_dir,
-                      {label: item["reason"] for label, item in run.failed.items()})
+                      {label: item["reason"] for label, item in run.failed.items()}, picture)
+
+
+def _selection_record(request: TuneRequest, choice: Choice | None, advice: Advice) -> dict[str, Any]:
+    """``recommendation.json``'s ``selection``: the choice's figures, the candidates it sent on and
+    its explanation. The old margin rule's ``recommended`` is not recorded: with the ``best`` gate it
+    decides nothing, and beside a KEEP ERM advice it read as a recommendation."""
+    record: dict[str, Any] = {"seeds": request.seeds, "split": "validation",
+                              "candidates_against_erm": len(request.candidates) - 1}
+    if choice is None:
+        return record
+    figures = choice.to_dict()
+    for key in ("recommended", "recommendation_is_reference"):
+        figures.pop(key, None)
+    return {**record, **figures, "sent_to_confirmation": list(advice.contenders),
+            "explanation": choice_explanation(choice, sent_on(request.design, advice.contenders))}
+
+
+def _picture(run: _Run, advice: Advice, use: Candidate, happened: str, explanation: str,
+             report_dir: Path | None) -> tuple[Path | None, str]:
+    """Write the tune's picture beside ``recommendation.json``: ``(page, "")`` or ``(None, why not)``."""
+    request = run.request
+    choice = run.plan.choice
+    if advice.adopt:
+        line = f"ADOPT {use.label} (confirmed on fresh seeds at the stated error rate)."
+    else:
+        line = f"KEEP {ERM_AT_FIRST_USE}. {explanation}".rstrip()
+    attempted = {(r.trial.candidate.label, r.trial.seed) for r in run.results.values()
+                 if r.trial.phase == "selection"}
+    report = None if report_dir is None else str(report_dir.relative_to(request.directory) / "report.html")
+    try:
+        data = picture_data(
+            title=f"mr2 tune {request.name}: {len(request.candidates) - 1} candidates against ERM",
+            advice_line=line, advice=advice, reference=REFERENCE_LABEL, criterion=request.criterion,
+            selection_seeds=request.seeds, selection_looks=request.design.selection_looks,
+            validation=run.validation, attempted=attempted, test=run.test, per_class=run.test_per_class,
+            num_classes=run.num_classes, class_names=run.class_names,
+            hard_classes=[] if choice is None else choice.hard_classes, report=report)
+        return write_picture(request.directory, data), ""
+    except ImportError as error:
+        return None, _NO_PICTURE.format(error=f"{error} (pip install 'mr2[report]')")

@@ -1,9 +1,14 @@
-"""How long ``mr2 tune --dry-run``'s runs would take on this machine: measured, not guessed.
+"""How long ``mr2 tune``'s trials would take on this machine: measured, not guessed.
 
 :func:`measure_step` builds the configuration's data and model with ERM (as its first run would),
 trains a few steps with the thread count the runs will have and times them; :func:`estimate_text`
-turns that into the one line the dry run prints, saying what the figure is based on and what it
-leaves out (evaluation, start-up, the candidates' extra cost per step over ERM).
+turns that into the one line the ``--config`` dry run prints, saying what the figure is based on and
+what it leaves out (evaluation, start-up, the candidates' extra cost per step over ERM).
+
+Your own code (``--command``, a Python ``train_fn``) can only be timed by running it: a running tune
+prints :func:`remaining_text` after ERM's first trial (the expected and the most time left, from that
+trial's wall time), and ``mr2 tune --command ... --dry-run --time-one-trial`` runs ERM's first trial
+once in a temporary directory to print the same figures before the tune (:func:`time_one_trial`).
 """
 
 from __future__ import annotations
@@ -11,28 +16,41 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
 from mr2.config import RunConfig
 from mr2.sweep.processes import default_threads
 from mr2.sweep.progress import format_duration
+from mr2.tune.candidates import REFERENCE_LABEL
 from mr2.tune.engine_source import EngineSource
-from mr2.tune.source import format_seconds
+from mr2.tune.source import TrialSource, format_seconds
+
+if TYPE_CHECKING:
+    from mr2.tune.request import TuneRequest
 
 __all__ = [
-    "NO_ESTIMATE_COMMAND", "StepTiming", "estimate_text", "measure_step",
-    "tune_estimate",
+    "NO_ESTIMATE_COMMAND", "StepTiming", "estimate_text", "measure_step", "remaining_text",
+    "time_one_trial", "tune_estimate",
 ]
 
-#: The dry run's line for ``--command``: mr2 cannot time the user's program without running it.
-NO_ESTIMATE_COMMAND = "time estimate: none (mr2 cannot time your command without running it)"
+#: The dry run's line for ``--command`` without ``--time-one-trial``.
+NO_ESTIMATE_COMMAND = (
+    "time estimate: none (mr2 cannot time your command without running it: add --time-one-trial to run "
+    "ERM's first trial once, in a temporary directory, and time it; a tune prints its estimate after "
+    "ERM's first trial)"
+)
+#: What a failed timed trial prints (its directory is kept for its log).
+TIMED_TRIAL_FAILED = "time estimate: none: ERM's timed trial failed ({failure}); its directory {path} is kept"
 #: The dry run's line for ``regime: linear_probe``: its data is built by extracting features.
 _NO_ESTIMATE_LINEAR_PROBE = (
     "time estimate: none (a linear_probe run extracts its features first; the dry run does not)"
@@ -204,3 +222,59 @@ def tune_estimate(source: EngineSource) -> str:
     plan = source.request.plan()
     return estimate_text(timing, config.optim.epochs, plan.expected_trainings(), plan.max_trainings(),
                          source.workers)
+
+
+def remaining_text(seconds: float, done: int, expected: float, most: int, workers: int, *,
+                   timed: str = "ERM's first trial") -> str:
+    """The expected and the most time left once ``done`` trainings are done, each remaining training
+    taking ``seconds`` (the wall time of one of ERM's trials) and ``workers`` running at once.
+
+    Example:
+        >>> print(remaining_text(30.0, 1, 55.1, 77, 2))  # doctest: +NORMALIZE_WHITESPACE
+        time estimate (ERM's first trial took 30.0 s): about 14 min for the 54.1 trainings expected still
+        to run, at most 19 min for the 76 the plan may still run (2 at a time, each timed as that trial;
+        not included: the candidates' extra cost per trial over ERM)
+    """
+    workers = max(1, int(workers))
+    left_expected = max(0.0, expected - done)
+    left_most = max(0, most - done)
+    expected_time = format_duration(math.ceil(left_expected / workers) * seconds)
+    most_time = format_duration(math.ceil(left_most / workers) * seconds)
+    return (
+        f"time estimate ({timed} took {format_seconds(seconds)}): about {expected_time} "
+        f"for the {left_expected:.1f} trainings expected still to run, at most {most_time} "
+        f"for the {left_most} the plan may still run ({workers} at a time, each timed as that trial; not "
+        "included: the candidates' extra cost per trial over ERM)"
+    )
+
+
+def time_one_trial(request: TuneRequest, make_source: Callable[[TuneRequest], TrialSource], workers: int,
+                   stream: TextIO) -> tuple[str, bool]:
+    """Run ERM's first selection trial once, in a temporary directory (removed afterwards; kept when
+    the trial fails, for its log), and give the dry run's time-estimate line for the whole tune from
+    its wall time: ``(line, ok)``. The tune directory is not touched.
+
+    Args:
+        request: the tune's request (its directory is not used).
+        make_source: builds the trial source for a request (the same command, workers and timeout).
+        workers: trials the tune runs at once.
+        stream: where the trial's progress goes.
+
+    Raises:
+        mr2.tune.errors.TrialError: the trial's predictions cannot be used (named with its log).
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="mr2-tune-timing-"))
+    timing = dataclasses.replace(request, output_dir=str(scratch))
+    trial = timing.trial("selection", REFERENCE_LABEL, timing.seeds[0])
+    print(f"timing one trial: {trial.name} (in {scratch}, removed afterwards)", file=stream, flush=True)
+    try:
+        [result] = make_source(timing).run([trial], stream)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if not result.ok:
+        return TIMED_TRIAL_FAILED.format(failure=result.failure, path=scratch), False
+    shutil.rmtree(scratch, ignore_errors=True)
+    plan = request.plan()
+    return remaining_text(result.seconds, 0, plan.expected_trainings(), plan.max_trainings(), workers,
+                          timed="ERM's timed trial"), True
