@@ -164,7 +164,10 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     plan, trials = _replay(request)
     choice = plan.choice
     assert choice is not None
-    assert record["selection"] == {"seeds": [0, 1, 2], "split": "validation", **_json(choice.to_dict()),
+    figures = {key: value for key, value in _json(choice.to_dict()).items()  # type: ignore[union-attr]
+               if key not in ("recommended", "recommendation_is_reference")}  # the old margin rule's pick
+    assert record["selection"] == {"seeds": [0, 1, 2], "split": "validation", "candidates_against_erm": 3,
+                                   **figures, "sent_to_confirmation": plan.contenders,
                                    "explanation": choice_explanation(choice, plan.contenders)}
     assert ("(to the confirmation)" in out) == bool(plan.contenders)
     assert "it is recommended" not in out and "(recommended)" not in out
