@@ -46,6 +46,7 @@ from mr2.data.validation import (
     check_same_length,
     first_label_at_or_above,
 )
+from mr2.io import load_error_text
 
 __all__ = ["ARRAY_KEYS", "ARRAY_SUFFIXES", "load_arrays"]
 
@@ -83,14 +84,14 @@ def _read_npz(path: Path) -> dict[str, Any]:
                     )
         return content
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise _unreadable(path, f"{type(exc).__name__}: {exc}") from exc
+        raise _unreadable(path, f"{type(exc).__name__}: {load_error_text(exc)}") from exc
 
 
 def _read_pt(path: Path) -> dict[str, Any]:
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as exc:
-        raise _unreadable(path, f"{type(exc).__name__}: {exc}") from exc
+        raise _unreadable(path, f"{type(exc).__name__}: {load_error_text(exc)}") from exc
     if not isinstance(content, dict):
         raise _unreadable(path, f"it holds a {type(content).__name__}, not a dict")
     return {

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from mr2.errors import MR2Error
-from mr2.io import atomic_save_torch
+from mr2.io import atomic_save_torch, load_error_text
 
 __all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 
@@ -67,5 +67,5 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         payload: dict[str, Any] = torch.load(Path(path), map_location="cpu", weights_only=True)
     except Exception as error:  # any unpickling failure means a corrupt file
-        raise CheckpointError(_CORRUPT.format(path=path, error=error)) from error
+        raise CheckpointError(_CORRUPT.format(path=path, error=load_error_text(error))) from error
     return payload

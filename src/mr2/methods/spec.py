@@ -124,6 +124,18 @@ _NEEDS_COUNTS = (
     "{name} needs the training set's class counts to be the loss its options describe: pass class_counts= "
     "([K] positive ints)"
 )
+REPEATED_KEY = (
+    "the key {key!r} appears twice in one object (JSON would keep the last one silently); write it once"
+)
+OPTION_TYPE = (
+    "option {option!r} of method {name!r} must be {expected} (its default is {default!r}); got {value} "
+    "({kind})"
+)
+STATE_TOO_LARGE = (
+    "the {name!r} loss's state for K = {num_classes} classes and feature width {feature_dim} ({what}) "
+    "takes {size}, more than the {free} this process can still allocate on {device}; give the loss "
+    "narrower features (e.g. a projection) or fewer classes"
+)
 _BAD_NUM_CLASSES = "num_classes must be an integer from 2 to {maximum}; got {value!r}"
 NUM_CLASSES_DIFFER = (
     "the loss specification says num_classes {spec} but num_classes={given} was passed; they must agree "
@@ -141,6 +153,40 @@ def _bad(spec: Any, problem: str) -> LossSpecError:
         text = f"<a {type(spec).__name__} holding a number too long to print>"
     return LossSpecError(_BAD_SPEC.format(value=text if len(text) <= _SHOWN else text[:_SHOWN] + "...",
                                           problem=problem))
+
+
+class _RepeatedKey(Exception):
+    """A JSON object names a key twice (not a ValueError: json.loads would not wrap it)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`json.loads`: the object, refusing a repeated key (JSON keeps
+    the last one silently, so ``{"gamma": 2, "gamma": 0}`` would train with 0)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _RepeatedKey(key)
+        result[key] = value
+    return result
+
+
+def _option_type_problem(name: str, option: str, value: Any, default: Any) -> str:
+    """Why ``value`` cannot be option ``option`` of method ``name`` whose default is ``default`` ("" if
+    it can): a number's option takes a number (not a string, not true/false: the method would read
+    ``"2"`` or ``true`` as 2.0 or 1.0), a switch's takes true or false. Options without a default of
+    those kinds (strings, None) are checked by the method itself."""
+    if isinstance(default, bool):
+        expected = "true or false"
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        expected = "a number"
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        return ""
+    if ok:
+        return ""
+    return OPTION_TYPE.format(option=option, name=name, expected=expected, value=reprlib.repr(value),
+                              kind=type(value).__name__, default=default)
 
 
 def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -165,7 +211,9 @@ def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
         if len(spec) > MAX_SPEC_LENGTH:
             raise _bad(spec[:_SHOWN], f"{len(spec):,} characters, more than {MAX_SPEC_LENGTH:,}")
         try:
-            value = json.loads(spec, parse_constant=lambda name: math.nan)
+            value = json.loads(spec, parse_constant=lambda name: math.nan, object_pairs_hook=_unique_keys)
+        except _RepeatedKey as repeated:
+            raise _bad(spec, REPEATED_KEY.format(key=str(repeated)[:_SHOWN])) from None
         except ValueError as error:
             raise _bad(spec, f"not valid JSON ({error})") from None
         except RecursionError:
@@ -200,11 +248,68 @@ def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise LossSpecError(UNKNOWN_OPTIONS.format(unknown=unknown, name=name, valid=sorted(valid)))
+    for option, value in options.items():
+        problem = _option_type_problem(name, option, value, valid[option])
+        if problem:
+            raise LossSpecError(problem)
     for option, default in method_class(name).engine_options.items():
         if option in options and options[option] != default:
             raise LossSpecError(_ENGINE_OPTION.format(option=option, name=name, default=default))
     parsed: dict[str, Any] = {"method": name, "options": dict(options)}
     return parsed if classes is None else {**parsed, "num_classes": int(classes)}
+
+
+def state_bytes(name: str, options: Mapping[str, Any], num_classes: int, feature_dim: int) -> tuple[int, str]:
+    """``(bytes, what)``: the float32 state a method of a specification allocates in its setup for K
+    classes and features of width d (0 for the methods whose state does not grow with d): MR2's class
+    feature sums and center loss's centres [K, d], SupCon's projection head (``mlp``: Linear(d, d) and
+    Linear(d, p); ``linear``: Linear(d, p))."""
+    k, d = num_classes, feature_dim
+    if name in ("mr2", "center_loss"):
+        return 4 * k * d, f"[{k}, {d}] float32 {'class feature sums' if name == 'mr2' else 'centres'}"
+    if name == "supcon":
+        p = options.get("projection_dim", 128)
+        p = p if is_int(p) and p > 0 else 128
+        if options.get("head", "mlp") == "linear":
+            return 4 * (d * p + p), f"a Linear({d}, {p}) projection head"
+        return 4 * (d * d + d + d * p + p), f"a Linear({d}, {d}) + Linear({d}, {p}) projection head"
+    return 0, ""
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """What this process can still allocate on ``device`` (None: unknown)."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    if device.type == "cpu":
+        from mr2.report.limits import allocatable_bytes
+
+        return allocatable_bytes()
+    return None
+
+
+def check_state_memory(name: str, options: Mapping[str, Any], num_classes: int, feature_dim: int,
+                       device: torch.device | str = "cpu") -> None:
+    """Refuse, before allocating, a method state (:func:`state_bytes`) larger than the memory left on
+    ``device`` (the system's, the container's and the address-space limit's headroom on the CPU; the
+    free memory of a GPU): one line instead of the allocator's ``RuntimeError``.
+
+    Raises:
+        LossSpecError: :data:`STATE_TOO_LARGE`.
+    """
+    from mr2.report.limits import format_bytes
+
+    size, what = state_bytes(name, options, num_classes, feature_dim)
+    if not size:
+        return
+    place = torch.device(device)
+    free = _free_bytes(place)
+    if free is not None and size > free:
+        raise LossSpecError(STATE_TOO_LARGE.format(
+            name=name, num_classes=num_classes, feature_dim=feature_dim, what=what, size=format_bytes(size),
+            free=format_bytes(free), device=place))
 
 
 class SpecLoss(nn.Module):
@@ -241,7 +346,14 @@ class SpecLoss(nn.Module):
         self._ready = False
 
     def setup(self, feature_dim: int, device: torch.device | str = "cpu") -> None:
-        """Allocate the method's data-dependent state (as the engine does before training)."""
+        """Allocate the method's data-dependent state (as the engine does before training), after
+        checking that it fits in the memory left (:func:`check_state_memory`).
+
+        Raises:
+            LossSpecError: the state would take more memory than the device has left.
+        """
+        check_state_memory(self.spec["method"], self.spec["options"], self.num_classes, int(feature_dim),
+                           device)
         counts = self._class_counts if self._class_counts is not None else torch.ones(self.num_classes)
         context = MethodContext(
             num_classes=self.num_classes,

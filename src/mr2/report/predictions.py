@@ -56,6 +56,7 @@ import torch
 from numpy.typing import NDArray
 
 from mr2.checks import is_int
+from mr2.io import ReadRefused, read_bounded
 from mr2.report.confusion import confusion_matrix
 from mr2.report.exceptions import PredictionsError
 from mr2.report.limits import DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_CLASSES, confusion_bytes, format_bytes
@@ -204,6 +205,7 @@ _NUMERIC_KINDS = "iuf"  # signed, unsigned, floating (not bool, complex, timedel
 _HEADER_SHOWN = 12  # columns of a CSV header quoted in a message
 _MAX_LIST_DEPTH = 32  # a .pt value's lists: 2 levels are used (logits), numpy stops at 64
 _VALUE_BYTES = 8  # what numpy makes of a list's number (int64, float64), per value
+_NAME_BYTES = 4096  # a class names file's bound: this many bytes per class of --max-classes
 _CSV_BYTES_PER_BYTE = 8  # a CSV cell takes at least one byte ("0," or ","), and 8 once read (float64)
 
 
@@ -762,6 +764,7 @@ def read_predictions(
     *,
     max_classes: int = DEFAULT_MAX_CLASSES,
     max_array_bytes: int = DEFAULT_MAX_ARRAY_BYTES,
+    integer_ids: bool = False,
 ) -> PredictionsFile:
     """Read and check one predictions file (see the module docstring for the formats).
 
@@ -771,6 +774,8 @@ def read_predictions(
             columns or class names).
         max_array_bytes: the most bytes the file's arrays may take once read (uncompressed), checked
             from what the file declares before anything of that size is allocated.
+        integer_ids: an ``.npz`` / ``.pt`` file's class ids must have an integer dtype (``mr2 tune``'s
+            trials, as its Python way in checks them); by default whole floats pass (a CSV's cells).
 
     Raises:
         PredictionsError: the file is missing, unreadable or malformed, asks for more classes, or
@@ -794,6 +799,11 @@ def read_predictions(
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise PredictionsError(UNKNOWN_KEYS.format(path=path, keys=unknown))
+    if integer_ids:
+        for key in ("y_true", "y_pred"):
+            dtype = _array(path, key, data[key]).dtype if key in data else None
+            if dtype is not None and dtype.kind not in "iu":
+                raise PredictionsError(NOT_INTEGER.format(path=path, key=key, problem=f"dtype {dtype}"))
     return _build(path, data, max_classes)
 
 
@@ -807,8 +817,8 @@ def read_class_names(path: str | Path, *, max_classes: int = DEFAULT_MAX_CLASSES
     max_classes = _check_max_classes(max_classes)
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        text = read_bounded(path, max_classes * _NAME_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, ReadRefused) as error:
         raise PredictionsError(
             CLASS_NAMES_FILE_INVALID.format(path=path, problem=f"cannot be read ({error})")
         ) from error

@@ -5,6 +5,10 @@ system when the process ends, however it ends (``kill -9`` included), so a stale
 outlive its holder. The holder writes its pid into the file so that a refused second process can
 name it. ``flock`` locks belong to an open file description: a second ``RunLock`` on the same
 directory fails even inside the same process.
+
+The lock file is opened without following a symbolic link (``O_NOFOLLOW``) and must be a regular
+file: a ``.lock`` that is a link, a directory or a FIFO is refused with a one-line
+:class:`~mr2.io.WriteError` (a link's target is never truncated or written).
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from pathlib import Path
 from types import TracebackType
 
 from mr2.errors import MR2Error
+from mr2.io import LINK_REFUSED, NOT_A_REGULAR_FILE, WriteError, open_no_follow
 
-__all__ = ["LOCK_FILE", "RunLock", "RunLockedError", "lock_holder"]
+__all__ = ["LOCK_FILE", "LOCK_IS_LINK", "LOCK_NOT_A_FILE", "RunLock", "RunLockedError", "lock_holder"]
+
+#: Why a ``.lock`` is refused (:func:`mr2.io.open_no_follow`): the reasons of its :class:`WriteError`.
+LOCK_IS_LINK, LOCK_NOT_A_FILE = LINK_REFUSED, NOT_A_REGULAR_FILE
 
 LOCK_FILE = ".lock"
 _RUN_LOCKED = (
@@ -41,10 +49,14 @@ class RunLockedError(MR2Error, RuntimeError):
     """Another process owns the run directory; the message names its pid."""
 
 
-def _read_pid(path: Path) -> str:
+_PID_BYTES = 32  # a pid and a newline; a lock file holding more was not written by mr2
+
+
+def _read_pid(fd: int) -> str:
+    """The pid written in an open lock file (read from the descriptor, bounded), or "unknown"."""
     try:
-        text = path.read_text().strip()
-    except OSError:
+        text = os.pread(fd, _PID_BYTES, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
         return "unknown"
     return text or "unknown"
 
@@ -76,8 +88,12 @@ class RunLock:
         """Take the lock (creating the directory), or raise :class:`RunLockedError` at once."""
         if self._fd is not None:
             return self
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise WriteError(error.errno or errno.EIO, reason, str(self.run_dir)) from None
+        fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
         # A few short retries: :func:`lock_holder` probes take the lock for microseconds.
         for attempt in range(_ATTEMPTS):
             try:
@@ -88,8 +104,8 @@ class RunLock:
                     os.close(fd)
                     raise
                 if attempt + 1 == _ATTEMPTS:
+                    pid = _read_pid(fd)
                     os.close(fd)
-                    pid = _read_pid(self.path)
                     message = _RUN_LOCKED if pid.isdigit() else RUN_LOCKED_NO_PID
                     raise RunLockedError(
                         message.format(path=self.run_dir, pid=pid, lock=self.path)
@@ -130,14 +146,14 @@ def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
     """
     path = Path(run_dir) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        fd = open_no_follow(path, os.O_RDONLY)
+    except WriteError:  # none, or a link or special file: not a lock mr2 holds
         return None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
-            text = _read_pid(path)
+            text = _read_pid(fd)
             return int(text) if text.isdigit() else -1
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
