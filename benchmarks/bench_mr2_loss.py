@@ -1,8 +1,8 @@
 """Benchmark: the vectorised MR2 loss versus a per-class Python loop (released-code style).
 
 Times ONE training step of the loss: statistics update + forward + backward (gradients with respect
-to both the logits and the features), on CPU, for three implementations measured side by side in one
-run:
+to both the logits and the features), on CPU, for these implementations measured side by side in one
+run (interleaved repeats):
 
 - ``loop``: the per-class loop baseline (released-code style), defined in this file. It follows the
   arithmetic and the structure of the released research code (BeierZhu/MR2,
@@ -10,10 +10,15 @@ run:
   per-class scalars, and a second loop over the classes for the pairwise representation term.
 - ``mr2 released``: ``ReleasedMR2Loss.from_variant("released", K)``, the same arithmetic, vectorised. Its
   loss is checked against the loop before timing, so the two columns time equal computations.
-- ``mr2 paper``: ``MR2Loss.from_variant("paper", K)``, the paper's formula (distance temperature T = 1;
-  ``MR2Loss(K)``'s default is T = d since issue 39, at the same cost).
+- ``mr2 paper``: ``MR2Loss.from_variant("paper", K)``, the paper's formula (distance temperature T = 1).
+- ``mr2 default``: ``MR2Loss(K)``, the default the README tells users to use (T = d; the same work as
+  the paper's form, other values: with T = 1 more pair weights underflow).
 - ``floor``: what any loss of this kind costs at least: cross-entropy forward + backward on the same
   logits plus ONE scatter (``index_add_``) of the features into a [K, d] buffer.
+- ``floor + pairs``: the floor plus the formula's own work, the squared distances of the same-class
+  pairs forward and backward: each class of the batch (>= 2 samples) as its own [n_k, d] block and
+  its [n_k, n_k] Gram matrix (``sum_k n_k^2 d`` multiply-adds each way; a Python loop over the
+  batch's classes, so at large K its loop costs more than the work: read it at small K).
 
 It also prints a breakdown of the default's step by the profiler labels of ``MR2Loss.forward``
 (statistics update, temperatures, logit loss, representation margin) plus the backward, read from
@@ -26,6 +31,7 @@ subprocess (peak memory = growth of the peak resident set size, VmHWM after rese
 Usage::
 
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py              # full run (a few minutes on 2 cores)
+    PYTHONPATH=src python benchmarks/bench_mr2_loss.py --without-loop --sizes 512x10x2048   # no loop baseline
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --quick      # one repeat per case (smoke test)
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 1 --sizes 128x100x640
     PYTHONPATH=src python benchmarks/bench_mr2_loss.py --threads 2 --sweep     # + K sweep with memory
@@ -98,10 +104,12 @@ class Size:
         return cls(batch, classes, dim)
 
 
-DEFAULT_SIZES = (Size(512, 100, 2048), Size(512, 1000, 2048))
+DEFAULT_SIZES = (Size(512, 10, 2048), Size(512, 100, 2048), Size(512, 1000, 2048))
 SWEEP_CLASSES = (10, 100, 1000, 10000)
 SWEEP_DIMS = (2048, 768)
 SWEEP_BATCH = 512
+#: The implementations of the sweep (time and peak memory each).
+SWEEP_IMPLEMENTATIONS = ("mr2 default", "mr2 paper", "floor", "floor + pairs")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,13 +199,30 @@ class FloorLoss(nn.Module):
         return F.cross_entropy(logits, target)
 
 
+class FloorPairsLoss(FloorLoss):
+    """The floor plus the same-class pairs' squared distances, forward and backward: each class's
+    [n_k, n_k] Gram matrix from its own block of the class-sorted batch (a Python loop over the
+    batch's classes)."""
+
+    def forward(self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = super().forward(logits, features, target)
+        counts = torch.bincount(target).tolist()
+        blocks = features.index_select(0, torch.argsort(target, stable=True)).split(counts)
+        pairs = features.new_zeros(())
+        for block in blocks:
+            if block.shape[0] >= 2:
+                sq = (block * block).sum(dim=1)
+                pairs = pairs + (sq.unsqueeze(1) + sq.unsqueeze(0) - 2.0 * (block @ block.T)).sum()
+        return loss + 1e-12 * pairs
+
+
 # --------------------------------------------------------------------------------------------------
 # harness
 # --------------------------------------------------------------------------------------------------
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-IMPLEMENTATIONS = ("loop", "mr2 released", "mr2 paper", "floor")
+IMPLEMENTATIONS = ("loop", "mr2 released", "mr2 paper", "mr2 default", "floor", "floor + pairs")
 DEVICE = torch.device("cpu")
 
 
@@ -209,7 +234,9 @@ def build_losses(num_classes: int) -> dict[str, nn.Module]:
             "released", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP
         ),
         "mr2 paper": MR2Loss.from_variant("paper", num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
+        "mr2 default": MR2Loss(num_classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP),
         "floor": FloorLoss(num_classes),
+        "floor + pairs": FloorPairsLoss(num_classes),
     }
     return {name: loss.to(DEVICE) for name, loss in losses.items()}
 
@@ -257,18 +284,19 @@ def equivalence_check(size: Size, *, steps: int = 3, seed: int = 1) -> tuple[flo
     )
     batches = make_batches(size, steps + 1, seed + 1)
     rel = []
-    with torch.no_grad():
-        cold = build_losses(size.classes)
-        a = cold["loop"](*batches[0]).item()
-        b = cold["mr2 released"](*batches[0]).item()
-        cold_rel = abs(a - b) / max(abs(a), 1e-12)
-        losses = build_losses(size.classes)
-        losses["loop"](*prime)
-        losses["mr2 released"](*prime)
-        for batch in batches[1:]:
-            a = losses["loop"](*batch).item()
-            b = losses["mr2 released"](*batch).item()
-            rel.append(abs(a - b) / max(abs(a), 1e-12))
+    # With gradients enabled (training mode under no_grad is evaluation without .eval(): it warns),
+    # and features that need a gradient (so the representation term is computed).
+    cold = build_losses(size.classes)
+    a = cold["loop"](*batches[0]).detach().item()
+    b = cold["mr2 released"](*batches[0]).detach().item()
+    cold_rel = abs(a - b) / max(abs(a), 1e-12)
+    losses = build_losses(size.classes)
+    losses["loop"](*prime)
+    losses["mr2 released"](*prime)
+    for batch in batches[1:]:
+        a = losses["loop"](*batch).detach().item()
+        b = losses["mr2 released"](*batch).detach().item()
+        rel.append(abs(a - b) / max(abs(a), 1e-12))
     return max(rel), cold_rel
 
 
@@ -285,9 +313,10 @@ class BenchResult:
     faults_per_step: dict[str, float] | None = None
 
     def ratio(self, name: str, *, best: bool = False) -> float:
-        """Speed-up of ``name`` over the loop baseline (loop median / ``name`` median; or of the minima)."""
+        """Speed-up of ``name`` over the loop baseline (loop median / ``name`` median; or of the minima;
+        NaN when the loop was not timed)."""
         times = self.min_ms if best else self.median_ms
-        return times["loop"] / times[name]
+        return times.get("loop", float("nan")) / times[name]
 
 
 def plan(size: Size, quick: bool) -> tuple[dict[str, int], dict[str, int]]:
@@ -295,16 +324,19 @@ def plan(size: Size, quick: bool) -> tuple[dict[str, int], dict[str, int]]:
     if quick:
         return dict.fromkeys(IMPLEMENTATIONS, 1), dict.fromkeys(IMPLEMENTATIONS, 1)
     slow = size.classes * size.batch >= 100_000
-    warmup = {"loop": 3, "mr2 released": 5, "mr2 paper": 5, "floor": 5}
-    repeats = {"loop": 21 if slow else 41, "mr2 released": 61, "mr2 paper": 61, "floor": 61}
+    warmup = {name: 5 for name in IMPLEMENTATIONS} | {"loop": 3}
+    repeats = {name: 61 for name in IMPLEMENTATIONS} | {"loop": 21 if slow else 41}
     return warmup, repeats
 
 
-def time_size(size: Size, *, quick: bool = False, seed: int = 0) -> BenchResult:
-    """Warm up, then time the implementations round-robin (interleaved repeats), median per one."""
+def time_size(size: Size, *, quick: bool = False, seed: int = 0, loop: bool = True) -> BenchResult:
+    """Warm up, then time the implementations round-robin (interleaved repeats), median per one
+    (``loop=False``: without the per-class loop baseline)."""
     released_rel, cold_rel = equivalence_check(size)
     warmup, repeats = plan(size, quick)
     losses = build_losses(size.classes)
+    if not loop:
+        del losses["loop"]
     batches = make_batches(size, BATCH_POOL, seed)
     for name, loss_fn in losses.items():
         for i in range(warmup[name]):
@@ -348,12 +380,13 @@ def run(
     quick: bool = False,
     threads: int | None = None,
     seed: int = 0,
+    loop: bool = True,
 ) -> list[BenchResult]:
     """Time every size; ``threads`` sets ``torch.set_num_threads`` (None: leave torch's default)."""
     if threads is not None:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    return [time_size(size, quick=quick, seed=seed) for size in sizes]
+    return [time_size(size, quick=quick, seed=seed, loop=loop) for size in sizes]
 
 
 def cpu_model() -> str:
@@ -389,19 +422,22 @@ def format_table(results: Sequence[BenchResult], *, best: bool = False) -> str:
     """Markdown table of the medians (or, with ``best``, the minima) and the speed-ups over the loop."""
     stat = "min" if best else "median"
     lines = [
-        f"| size | loop {stat} ms (n) | mr2 released {stat} ms (n) | mr2 paper {stat} ms (n) "
-        f"| floor {stat} ms (n) | loop / released | loop / paper | paper / floor "
-        "| loss rel. diff loop vs released |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| size | " + " | ".join(f"{name} {stat} ms (n)" for name in IMPLEMENTATIONS)
+        + " | loop / released | loop / default | default / floor | default / (floor + pairs) "
+        "| paper / floor | paper / (floor + pairs) | loss rel. diff loop vs released |",
+        "| --- |" + " ---: |" * (len(IMPLEMENTATIONS) + 7),
     ]
     for r in results:
         times = r.min_ms if best else r.median_ms
         cells = [
             r.size.label(),
-            *(f"{times[name]:.2f} ({r.repeats[name]})" for name in IMPLEMENTATIONS),
+            *(f"{times[name]:.2f} ({r.repeats[name]})" if name in times else "-" for name in IMPLEMENTATIONS),
             f"{r.ratio('mr2 released', best=best):.1f}x",
-            f"{r.ratio('mr2 paper', best=best):.1f}x",
+            f"{r.ratio('mr2 default', best=best):.1f}x",
+            f"{times['mr2 default'] / times['floor']:.2f}x",
+            f"{times['mr2 default'] / times['floor + pairs']:.2f}x",
             f"{times['mr2 paper'] / times['floor']:.2f}x",
+            f"{times['mr2 paper'] / times['floor + pairs']:.2f}x",
             f"{r.released_rel_diff:.1e}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -424,7 +460,7 @@ def breakdown(size: Size, *, repeats: int = 41, seed: int = 0) -> dict[str, tupl
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    loss_fn = MR2Loss.from_variant("paper", size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
     batches = make_batches(size, BATCH_POOL, seed)
     for i in range(5):
         training_step(loss_fn, batches[i % BATCH_POOL])
@@ -463,7 +499,7 @@ def profile_ops(
     """
     from torch.profiler import ProfilerActivity, profile
 
-    loss_fn = MR2Loss.from_variant("paper", size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
+    loss_fn = MR2Loss(size.classes, momentum=MOMENTUM, lambda_rep=LAMBDA_REP).to(DEVICE)
     batches = make_batches(size, BATCH_POOL, seed)
     for i in range(10):
         training_step(loss_fn, batches[i % BATCH_POOL])
@@ -525,7 +561,7 @@ def sweep_case(size: Size, *, repeats: int, seed: int = 0) -> dict[str, float]:
     """
     batches = make_batches(size, BATCH_POOL, seed)
     out: dict[str, float] = {}
-    for name in ("mr2 paper", "floor"):
+    for name in SWEEP_IMPLEMENTATIONS:
         warm = build_losses(size.classes)[name]  # loads the code paths (their pages count in RSS)
         training_step(warm, batches[0])
         del warm
@@ -545,7 +581,7 @@ def sweep_case(size: Size, *, repeats: int, seed: int = 0) -> dict[str, float]:
             times.append(1e3 * (time.perf_counter() - start))
         out[f"{name} median ms"] = statistics.median(times)
         out[f"{name} min ms"] = min(times)
-        if name == "mr2 paper":
+        if name == "mr2 default":
             out["state MiB"] = sum(b.numel() * b.element_size() for b in loss_fn.buffers()) / 2**20
         del loss_fn
     return out
@@ -572,15 +608,21 @@ def run_sweep(threads: int | None, repeats: int, quick: bool) -> list[tuple[Size
 
 def format_sweep(results: Sequence[tuple[Size, dict[str, float]]]) -> str:
     lines = [
-        "| B | K | d | mr2 paper ms / step (median / min) | floor ms (median / min) | paper / floor "
-        "| peak memory of mr2 paper, MiB | its state ([K, d] + [K] buffers), MiB | peak of the floor, MiB |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| B | K | d | " + " | ".join(f"{name} ms (median / min)" for name in SWEEP_IMPLEMENTATIONS)
+        + " | default / floor | default / (floor + pairs) | paper / floor "
+        "| peak memory of mr2 default, MiB | its state ([K, d] + [K] buffers), MiB "
+        "| peak of the floor, MiB |",
+        "| ---: | ---: | ---: |" + " ---: |" * (len(SWEEP_IMPLEMENTATIONS) + 6),
     ]
     for size, r in results:
+        times = " | ".join(
+            f"{r[name + ' median ms']:.2f} / {r[name + ' min ms']:.2f}" for name in SWEEP_IMPLEMENTATIONS
+        )
         lines.append(
-            f"| {size.batch} | {size.classes} | {size.dim} | {r['mr2 paper median ms']:.2f} / "
-            f"{r['mr2 paper min ms']:.2f} | {r['floor median ms']:.2f} / {r['floor min ms']:.2f} | "
-            f"{r['mr2 paper median ms'] / r['floor median ms']:.2f}x | {r['mr2 paper peak MiB']:.1f} | "
+            f"| {size.batch} | {size.classes} | {size.dim} | {times} | "
+            f"{r['mr2 default median ms'] / r['floor median ms']:.2f}x | "
+            f"{r['mr2 default median ms'] / r['floor + pairs median ms']:.2f}x | "
+            f"{r['mr2 paper median ms'] / r['floor median ms']:.2f}x | {r['mr2 default peak MiB']:.1f} | "
             f"{r['state MiB']:.1f} | {r['floor peak MiB']:.1f} |"
         )
     return "\n".join(lines)
@@ -598,6 +640,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--sweep", action="store_true", help="also the K x d sweep with peak memory")
     parser.add_argument("--no-loop", action="store_true", help="skip the side-by-side table")
+    parser.add_argument(
+        "--without-loop", action="store_true", help="the side-by-side table without the loop baseline"
+    )
     parser.add_argument(
         "--profile", action="store_true", help="also the default's top ops by self time (torch.profiler)"
     )
@@ -622,7 +667,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{DEVICE.type} float32")
     start = time.perf_counter()
     if not args.no_loop:
-        results = run(args.sizes, quick=args.quick, seed=args.seed)
+        results = run(args.sizes, quick=args.quick, seed=args.seed, loop=not args.without_loop)
         print()
         print("Median per step (speed-up = loop median / mr2 median):")
         print(format_table(results))

@@ -84,3 +84,31 @@ def test_breakdown_reads_the_losss_profiler_labels_and_they_nest_in_the_step(ben
     assert sum(parts[name][1] for name in list(parts)[:-1]) <= parts["step"][1] * (1 + 1e-9)
     text = bench.format_breakdown(bench.Size.parse("32x5x8"), parts)
     assert "| mr2.statistics_update | mr2.temperatures |" in text
+
+
+def test_floor_with_pairs_adds_the_same_class_pair_distances_and_their_gradient(bench):
+    """``floor + pairs`` = the floor plus the same-class squared distances (float64 oracle), with
+    their gradient reaching the features."""
+    target = torch.tensor([0, 1, 0, 2, 1, 0])
+    features = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    logits = torch.randn(6, 3, dtype=torch.float64)
+    got = bench.FloorPairsLoss(3)(logits, features, target)
+    x = features.detach()
+    pairs = sum(float(((x[i] - x[j]) ** 2).sum()) for i in range(6) for j in range(6) if target[i] == target[j])
+    want = float(torch.nn.functional.cross_entropy(logits, target)) + 1e-12 * pairs
+    assert got.item() == pytest.approx(want, rel=1e-12)
+    (grad,) = torch.autograd.grad(got, features)
+    assert bool(grad.abs().sum() > 0)
+
+
+def test_linear_probe_benchmark_quick_prints_the_ratios(capsys):
+    name = "bench_linear_probe_under_test"
+    try:
+        probe = load_script(BENCH_PATH.parent / "bench_linear_probe.py", name)
+        times = probe.run_case(5, batch=16, dim=8, warmup=1, repeats=2)
+        assert set(times) == set(probe.VARIANTS) and all(len(v) == 2 and min(v) > 0 for v in times.values())
+        assert probe.main(["--quick", "--classes", "5", "--batch", "16", "--dim", "8"]) == 0
+    finally:
+        sys.modules.pop(name, None)
+    out = capsys.readouterr().out
+    assert "| 16 | 5 | 8 |" in out and "mr2 / ce (median)" in out

@@ -6,6 +6,7 @@ import math
 
 
 def logit_margin_loss(logits, target, temperatures):
+    logits = logits.detach()
     total = 0.0
     for i in range(logits.shape[0]):
         y = int(target[i])
@@ -18,6 +19,7 @@ def logit_margin_loss(logits, target, temperatures):
 
 def representation_terms(features, target, margin, temperature=1.0):
     """Per-sample log(1 + sum_{j != i, same class} exp((||x_i - x_j||^2 - margin) / T))."""
+    features = features.detach()
     out = []
     for i in range(features.shape[0]):
         exponents = []
@@ -45,6 +47,7 @@ def pooled_statistics(batches, num_classes, momentum, norm_p=2.0):
     batches holding the class) weight (1 - m) m^(L - t); every sample of a batch carries its batch's
     weight. Returns (means, mean_sq_norm, spread) as float64 lists of lists.
     """
+    batches = [(x.detach(), y) for x, y in batches]
     feature_dim = batches[0][0].shape[1]
     means, msq, spread = [], [], []
     for k in range(num_classes):
@@ -93,6 +96,7 @@ class ReleasedArithmetic:
         return sum(abs(float(v)) ** self.p for v in values) ** (2.0 / self.p)
 
     def __call__(self, logits, features, target):
+        logits, features = logits.detach(), features.detach()
         d = features.shape[1]
         for k in range(self.k):
             xs = features[target == k].double()

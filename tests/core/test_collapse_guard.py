@@ -107,10 +107,12 @@ def test_the_guard_reads_the_batch_only_on_check_steps_and_not_in_eval(monkeypat
     real = collapse_module.batch_feature_scale
     monkeypatch.setattr(collapse_module, "batch_feature_scale", lambda *a: calls.append(1) or real(*a))
     loss_fn = MR2Loss(3)
-    logits, features, target = torch.randn(6, 3), torch.randn(6, 4), torch.arange(6) % 3
+    logits, features, target = torch.randn(6, 3), torch.randn(6, 4, requires_grad=True), torch.arange(6) % 3
     for _ in range(12):
         loss_fn(logits, features, target)
     assert len(calls) == 3 and loss_fn.collapse_guard.steps == 12  # steps 1, 5 and 10
+    loss_fn(logits, features.detach(), target)  # features without a gradient (a linear probe): not watched
+    assert len(calls) == 3 and loss_fn.collapse_guard.steps == 12
     loss_fn.eval()
     loss_fn(logits, features, target)
     assert len(calls) == 3 and loss_fn.collapse_guard.steps == 12

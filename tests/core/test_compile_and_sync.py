@@ -46,7 +46,8 @@ def test_training_step_has_no_host_sync_on_cuda(variant):
     loss_fn = MR2Loss.from_variant(variant, 4, feature_dim=6).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     _, features, target = classification_batch(16, 4, 6, dtype=torch.float32)
-    features, target = features.to(device), target.to(device)
+    # Features that need a gradient (as a trained backbone's do): the representation term is computed.
+    features, target = features.to(device).requires_grad_(), target.to(device)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -32,7 +32,8 @@ def _batch(b=24, k=4, d=6, seed=0):
     target = torch.arange(b) % k
     features = torch.randn(b, d, generator=g, dtype=torch.float64) * (1 + target.unsqueeze(1)) + 2
     logits = torch.randn(b, k, generator=g, dtype=torch.float64) * 2
-    return logits, features, target
+    # features that need a gradient: a training step without one leaves the representation term out
+    return logits, features.requires_grad_(), target
 
 
 def test_the_default_is_the_default_variant_and_divides_squared_distances_by_d():

@@ -16,7 +16,7 @@ def test_lp5_distance_margin_is_twice_the_mean_l2_spread_of_the_weighted_samples
     batches = [classification_batch(seed=seed) for seed in (1, 2, 3, 0)]
     lp5 = MR2Loss.from_variant("lp5", 4, momentum=0.5)
     for logits, features, target in batches:
-        lp5(logits, features, target)
+        lp5(logits, features.requires_grad_(), target)  # a gradient: the term is computed
     seen = [(features, target) for _, features, target in batches]
     _, _, l2_spread = oracles.pooled_statistics(seen, 4, 0.5, norm_p=2.0)
     margin = 2.0 * sum(l2_spread) / 4

@@ -18,7 +18,8 @@ def _batch(b=24, k=4, d=6, seed=0):
     target = torch.arange(b) % k
     features = torch.randn(b, d, generator=g) * (1 + target.unsqueeze(1)) + 2
     logits = torch.randn(b, k, generator=g) * 2
-    return logits, features, target
+    # features that need a gradient: a training step without one leaves the representation term out
+    return logits, features.requires_grad_(), target
 
 
 def test_unit_temperatures_and_no_representation_term_is_cross_entropy():
@@ -130,7 +131,7 @@ def test_eval_mode_freezes_statistics_and_state_dict_resumes_identically():
 
 def test_gradients_flow_to_logits_and_features_and_rep_term_pulls_classes_together():
     logits, features, target = _batch()
-    features = features.clone().requires_grad_()
+    features = features.detach().clone().requires_grad_()
     logits = logits.clone().requires_grad_()
     loss_fn = MR2Loss(4, lambda_rep=1.0, distance_temperature=1.0, distance_temperature_per_dim=True)
     loss_fn(logits, features, target).backward()
@@ -203,6 +204,7 @@ def test_unknown_variant_lists_choices():
 def test_recommended_variants_change_only_their_setting():
     torch.manual_seed(3)
     logits, features = torch.randn(12, 4, dtype=torch.float64), torch.randn(12, 6, dtype=torch.float64)
+    features.requires_grad_()  # a training step without a feature gradient leaves the term out
     target = torch.tensor([0, 1, 2, 3] * 3)
     paper, logit_only = MR2Loss.from_variant("paper", 4), MR2Loss.from_variant("logit_only", 4)
     distance_1d = MR2Loss.from_variant("distance_1d", 4)

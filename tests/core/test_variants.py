@@ -19,7 +19,8 @@ def _batch(b=24, k=4, d=6, seed=0, dtype=torch.float64):
     target = torch.arange(b) % k
     features = (torch.randn(b, d, generator=g, dtype=dtype) * (1 + target.unsqueeze(1))).relu() + 0.5
     logits = torch.randn(b, k, generator=g, dtype=dtype) * 2
-    return logits, features, target
+    # features that need a gradient: a training step without one leaves the representation term out
+    return logits, features.requires_grad_(), target
 
 
 def test_additive_margin_loss_matches_float64_oracle_and_reduces_to_cross_entropy():

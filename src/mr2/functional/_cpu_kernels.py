@@ -8,11 +8,20 @@ and changes only how much memory and time they take.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["flush_subnormal_", "same_class_entries", "same_pair_log_sum_exp", "scaled_cross_entropy"]
+__all__ = [
+    "BlockLayout",
+    "block_layout",
+    "class_block_log_sum_exp",
+    "flush_subnormal_",
+    "pair_path",
+    "same_class_entries",
+    "same_pair_log_sum_exp",
+    "scaled_cross_entropy",
+]
 
 
 def scaled_cross_entropy(logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -204,18 +213,143 @@ def same_pair_log_sum_exp(
     self_offset: int,
     margin: torch.Tensor,
     temperature: float,
-    force: bool,
-) -> torch.Tensor | None:
+) -> torch.Tensor:
     """Per-sample ``log(1 + sum_j exp((||q_i - k_j||^2 - m) / T))`` over the same-class pairs ([B]),
-    by :class:`_SamePairLogSumExp`; ``None`` (the dense path is cheaper) unless ``force`` or under
-    1/16 of the [B, P] entries are same-class pairs. Reads the pair count on the host.
+    by :class:`_SamePairLogSumExp`. Reads the entry count on the host.
     """
-    batch = queries.shape[0]
     query_index, key_index = same_class_entries(target, key_target, partnered_only=True)
-    pairs = query_index.numel() - int(torch.unique_consecutive(query_index).numel())
-    if not (force or 16 * pairs < batch * key_target.shape[0]):
-        return None
     out: torch.Tensor = _SamePairLogSumExp.apply(
         queries, keys, query_index, key_index, self_offset, margin, temperature
     )
     return out
+
+
+#: Estimated cost of the pair paths (forward + backward, float32, CPU) per computed [i, j] entry, in
+#: units of the dense path's: a same-class pair of the sparse kernel (a sampled product plus segmented
+#: sums), and a padded entry of the per-class blocks, ``1 + BLOCK_ROW_COST / n`` for blocks of ``n``
+#: rows (batched small matrix products lose efficiency as ``n`` shrinks). From 1-thread timings of
+#: B = 512, d = 768 and 2048, K = 10-100 and B = 128, d = 640 (docs/mr2.md, "The pair term's cost");
+#: they only choose the path: every path gives the same values.
+PAIR_ENTRY_COST = {"dense": 1.0, "sparse": 4.0}
+BLOCK_ROW_COST = 24.0
+#: The sparse kernel's cost per pair against a partner pool (global pairs; not re-measured since the
+#: threshold "under 1/16 of the entries are pairs" was set).
+POOL_SPARSE_COST = 16.0
+
+
+class BlockLayout(NamedTuple):
+    """The shape of the per-class blocks of a batch: ``counts`` [C] samples per class id,
+    ``largest`` (host int) the largest count, ``blocks`` (host int) the classes with >= 2 samples."""
+
+    counts: torch.Tensor
+    largest: int
+    blocks: int
+
+
+def block_layout(target: torch.Tensor) -> tuple[BlockLayout, int]:
+    """``(layout, pairs)`` of ``target`` ([B] class ids), ``pairs`` the ordered same-class pairs
+    ``sum_k n_k (n_k - 1)``: ONE host read for the three integers."""
+    counts = torch.bincount(target)
+    summary = torch.stack([counts.max(), (counts * (counts - 1)).sum(), (counts >= 2).sum()]).tolist()
+    largest, pairs, blocks = (int(v) for v in summary)
+    return BlockLayout(counts, largest, blocks), pairs
+
+
+def pair_path(target: torch.Tensor, key_target: torch.Tensor | None = None) -> tuple[str, BlockLayout | None]:
+    """The cheapest path for the same-class pairs of ``target`` ([B] class ids) among the batch itself
+    (``key_target`` None) or a pool of partners (``key_target`` [P], containing the batch) under
+    :data:`PAIR_ENTRY_COST`: ``"dense"``, ``"blocks"`` (the batch with itself only) or ``"sparse"``,
+    with the batch's :class:`BlockLayout` (None for a pool). One host read.
+    """
+    batch = target.shape[0]
+    if key_target is not None:
+        num = int(torch.maximum(target.max(), key_target.max())) + 1
+        both = torch.bincount(target, minlength=num) * torch.bincount(key_target, minlength=num)
+        pairs = int(both.sum()) - batch
+        dense = PAIR_ENTRY_COST["dense"] * batch * key_target.shape[0]
+        return ("sparse" if POOL_SPARSE_COST * pairs < dense else "dense"), None
+    layout, pairs = block_layout(target)
+    rows = max(layout.largest, 1)
+    costs = {
+        "dense": PAIR_ENTRY_COST["dense"] * batch * batch,
+        "blocks": (1.0 + BLOCK_ROW_COST / rows) * layout.blocks * rows * rows,
+        "sparse": PAIR_ENTRY_COST["sparse"] * pairs,
+    }
+    return min(costs, key=costs.__getitem__), layout
+
+
+def batched_gram(blocks: torch.Tensor) -> torch.Tensor:
+    """``blocks @ blocks^T`` ([C, n, n] from [C, n, d]) with the symmetric backward
+    ``(G + G^T) blocks``: ONE batched product (autograd's backward of ``bmm(X, X^T)`` makes two, one
+    of them on a transposed, strided operand that the CPU kernel runs many times slower)."""
+    out: torch.Tensor = _BatchedGram.apply(blocks)
+    return out
+
+
+class _BatchedGram(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, blocks: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(blocks)
+        return torch.bmm(blocks, blocks.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (blocks,) = ctx.saved_tensors
+        return torch.bmm(grad + grad.transpose(1, 2), blocks)
+
+
+def class_block_log_sum_exp(
+    features: torch.Tensor,
+    target: torch.Tensor,
+    margin: torch.Tensor,
+    temperature: float,
+    layout: BlockLayout | None = None,
+) -> torch.Tensor:
+    """Per-sample ``log(1 + sum_{j != i, y_j = y_i} exp((||x_i - x_j||^2 - m) / T))`` ([B]) from
+    per-class blocks: the batch sorted by class, each class with a partner padded to the largest
+    class's count ``n`` in one [C, n, d] tensor, and all its distances from ONE batched matrix product
+    [C, n, n] (``C n^2`` entries instead of the dense path's ``B^2``: about a K-th of them for K
+    balanced classes). Plain autograd ops (first and second derivatives); a sample without a partner
+    gets exactly 0 (zero gradient).
+
+    ``layout``: the batch's :class:`BlockLayout` if already read (:func:`pair_path`), else read here
+    (one host read: the blocks' shape).
+    """
+    batch, dim = features.shape
+    device = features.device
+    if layout is None:
+        layout, _ = block_layout(target)
+    counts, largest, num_blocks = layout
+    if num_blocks == 0:  # no pair: 0 for every sample, still connected to the features
+        return features.narrow(1, 0, 1).squeeze(1) * 0.0
+    order = torch.argsort(target, stable=True)
+    sorted_target = target.index_select(0, order)
+    starts = counts.cumsum(0) - counts
+    position = torch.arange(batch, device=device) - starts.index_select(0, sorted_target)
+    partnered = counts >= 2
+    block_of_class = partnered.cumsum(0) - 1
+    # Slot of each sorted sample in the [C * n] padded layout; samples without a partner go to a
+    # spare slot past the end (dropped).
+    slots = num_blocks * largest
+    has_partner = partnered.index_select(0, sorted_target)
+    slot = torch.where(
+        has_partner, block_of_class.index_select(0, sorted_target) * largest + position, slots
+    )
+    # Source row of each slot: the sample, or (padding, index ``batch``) row 0, whose entries are all
+    # masked below, so that they get an exact zero gradient.
+    source = torch.full((slots + 1,), batch, dtype=torch.long, device=device)
+    source.index_copy_(0, slot, order)
+    source = source[:slots]
+    valid = (source < batch).view(num_blocks, largest)
+    blocks = features.index_select(0, source.masked_fill(source == batch, 0)).view(num_blocks, largest, dim)
+    gram = batched_gram(blocks)
+    sq_norm = torch.diagonal(gram, dim1=1, dim2=2)
+    sq_dist = (sq_norm.unsqueeze(2) + sq_norm.unsqueeze(1) - 2.0 * gram).clamp_min(0.0)
+    keep = valid.unsqueeze(2) & valid.unsqueeze(1)
+    keep &= ~torch.eye(largest, dtype=torch.bool, device=device)
+    logits = ((sq_dist - margin) / temperature).masked_fill(~keep, float("-inf"))
+    with_one = torch.cat([logits.new_zeros(num_blocks, largest, 1), logits], dim=2)
+    per_slot = torch.logsumexp(with_one, dim=2).view(slots)
+    # Back to batch order: sample order[r] sits in slot[r] (the spare slot reads a 0).
+    per_slot = torch.cat([per_slot, per_slot.new_zeros(1)])
+    return per_slot.new_zeros(batch).index_copy(0, order, per_slot.index_select(0, slot))

@@ -8,7 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_features, check_logits, check_target
-from mr2.functional._cpu_kernels import same_pair_log_sum_exp, scaled_cross_entropy
+from mr2.functional._cpu_kernels import (
+    class_block_log_sum_exp,
+    pair_path,
+    same_pair_log_sum_exp,
+    scaled_cross_entropy,
+)
 from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
 __all__ = [
@@ -22,9 +27,12 @@ __all__ = [
 _TEMPERATURES_SHAPE = "temperatures must have shape [num_classes]={expected}; got {shape}."
 _MARGINS_SHAPE = "margins must have shape [num_classes]={expected}; got {shape}."
 _BAD_DISTANCE_TEMPERATURE = "temperature must be a positive number; got {value!r}."
-_BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense' or 'sparse'; got {value!r}."
+_BAD_PAIR_MODE = "pair_mode must be 'auto', 'dense', 'blocks' or 'sparse'; got {value!r}."
+_BLOCKS_WITH_PARTNERS = (
+    "pair_mode='blocks' pairs a batch with itself; with partner_features use 'auto', 'dense' or 'sparse'."
+)
 
-PairMode = Literal["auto", "dense", "sparse"]
+PairMode = Literal["auto", "dense", "blocks", "sparse"]
 
 
 def _check_logit_inputs(
@@ -168,14 +176,19 @@ def representation_margin_loss(
             default: ``features`` itself.
         partner_target: [P] class ids of ``partner_features``.
         self_offset: row of ``features[0]`` inside ``partner_features``.
-        pair_mode: ``"dense"`` computes all [B, P] distances with one matrix product and masks
-            them (no host sync; the accelerator path); ``"sparse"`` computes only the same-class
-            pairs (CPU kernel of :mod:`mr2.functional._cpu_kernels`: ``O(pairs * d)`` instead of
-            ``O(B P d)``, the pair count read on the host, first derivatives only); ``"auto"``
-            (default) takes ``"sparse"`` for CPU tensors (outside ``torch.compile``) when under
-            1/16 of the [B, P] entries are same-class pairs (about K > 16 classes in the batch; a
-            sparse product costs far more per entry than a dense one), else ``"dense"``. Both give
-            the same values.
+        pair_mode: how the same-class pairs are computed; every mode gives the same values (to
+            float rounding). ``"dense"`` computes all [B, P] distances with one matrix product and
+            masks them (no host sync: the accelerator path, and the one under ``torch.compile``);
+            ``"blocks"`` sorts the batch by class and computes each class's own [n_k, n_k]
+            distances as one batched matrix product of the classes padded to the largest count
+            (``C n_max^2`` entries instead of ``B^2``: about a K-th for K balanced classes; local pairs
+            only; one host read of the counts); ``"sparse"`` computes only the same-class pairs
+            (CPU kernel of :mod:`mr2.functional._cpu_kernels`: ``O(pairs * d)``, the pair count read
+            on the host, first derivatives only); ``"auto"`` (default): on CPU (outside
+            ``torch.compile``) the cheapest of the three by a cost per computed entry
+            (:func:`~mr2.functional._cpu_kernels.pair_path`: blocks for a few classes, sparse for
+            many), elsewhere ``"dense"`` (choosing would need a host read of the class counts, a
+            sync in an accelerator's training step).
 
     Returns:
         The loss, 0-dim (or [B] with ``reduction="none"``).
@@ -196,24 +209,25 @@ def representation_margin_loss(
     else:
         keys, key_target = partner_features.to(dtype), partner_target
     batch = queries.shape[0]
-    if pair_mode not in ("auto", "dense", "sparse"):
+    if pair_mode not in ("auto", "dense", "blocks", "sparse"):
         raise MR2InputError(_BAD_PAIR_MODE.format(value=pair_mode))
     margin_t = torch.as_tensor(margin, dtype=dtype, device=queries.device).detach()
+    mode: str = pair_mode
+    layout = None
+    if pair_mode == "blocks" and partner_features is not None:
+        raise MR2InputError(_BLOCKS_WITH_PARTNERS)
+    if pair_mode == "auto":
+        mode = "dense"
+        if batch and queries.device.type == "cpu" and not torch.compiler.is_compiling():
+            mode, layout = pair_path(target, None if keys is queries else key_target)
     per_sample: torch.Tensor | None = None
-    if batch and (
-        pair_mode == "sparse"
-        or (pair_mode == "auto" and queries.device.type == "cpu" and not torch.compiler.is_compiling())
-    ):
+    if batch and mode == "sparse":
         per_sample = same_pair_log_sum_exp(
-            queries,
-            keys,
-            target,
-            key_target,
-            self_offset=self_offset,
-            margin=margin_t,
+            queries, keys, target, key_target, self_offset=self_offset, margin=margin_t,
             temperature=temperature,
-            force=pair_mode == "sparse",
         )
+    elif batch and mode == "blocks":
+        per_sample = class_block_log_sum_exp(queries, target, margin_t, temperature, layout)
     if per_sample is None:
         same_class = target.unsqueeze(1) == key_target.unsqueeze(0)
         rows = torch.arange(batch, device=queries.device)

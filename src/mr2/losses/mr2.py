@@ -45,6 +45,7 @@ from mr2.functional.margin_losses import (
 )
 from mr2.functional.reduction import reduce_loss
 from mr2.losses.collapse import CollapseGuard
+from mr2.losses.eval_mode import warn_if_evaluating_in_train_mode
 from mr2.statistics.class_features import ClassFeatureStatistics
 
 __all__ = ["DEFAULT_VARIANT", "PROFILER_LABELS", "VARIANTS", "MR2Loss", "MR2LossParts"]
@@ -139,9 +140,11 @@ class MR2LossParts(NamedTuple):
     """Detached parts of the last MR2 loss evaluation, for logging without a host sync.
 
     Attributes:
-        total: 0-dim total loss.
+        total: 0-dim total loss (the loss returned).
         logit: 0-dim logit margin term.
-        representation: 0-dim representation margin term (before multiplying by lambda_rep).
+        representation: 0-dim representation margin term (before multiplying by lambda_rep); NaN
+            when a training step left it out because the features need no gradient
+            (:meth:`MR2Loss.forward`).
         logit_margins: [K] the per-class parameters of the logit margin used: the logit temperatures
             gamma (``logit_margin="temperature"``) or the additive margins Delta
             (``logit_margin="additive"``).
@@ -231,7 +234,7 @@ class MR2Loss(nn.Module):
     Example:
         >>> torch.manual_seed(0) and None
         >>> loss_fn = MR2Loss(num_classes=3)
-        >>> logits, features = torch.randn(8, 3), torch.randn(8, 4)
+        >>> logits, features = torch.randn(8, 3), torch.randn(8, 4, requires_grad=True)
         >>> target = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
         >>> loss = loss_fn(logits, features, target)
         >>> loss.shape, loss_fn.logit_temperatures().shape, bool(loss_fn.parts.representation >= 0)
@@ -317,6 +320,9 @@ class MR2Loss(nn.Module):
         #: Set to False to train with logit temperatures 1 (e.g. during warm-up epochs).
         self.gammas_enabled = True
         self.parts: MR2LossParts | None = None
+        #: Whether the last call left out the representation term (a training step whose features need
+        #: no gradient; see :meth:`forward`).
+        self.representation_skipped = False
         #: Warns once when the features collapse (:mod:`mr2.losses.collapse`); None switches it off.
         self.collapse_guard: CollapseGuard | None = CollapseGuard(self.num_classes)
 
@@ -496,11 +502,22 @@ class MR2Loss(nn.Module):
 
         Its parts run under the profiler labels of :data:`PROFILER_LABELS` (module docstring).
 
+        A training step (training mode, gradients enabled) whose ``features`` need no gradient (a
+        linear probe on cached features, or detached features) does not compute the representation
+        term: it is a constant there whose gradient reaches no parameter. The statistics are still
+        updated and the logit term uses them; the loss returned (and ``parts.total``) is then the logit
+        term alone, ``parts.representation`` is NaN and :attr:`representation_skipped` is True. In
+        eval mode, or with gradients disabled, the term is always computed (its value is reported).
+        Calling the loss in training mode with gradients disabled (evaluation code without
+        ``criterion.eval()``) updates the statistics from that batch and warns once
+        (:class:`~mr2.losses.eval_mode.TrainModeEvaluationWarning`).
+
         Args:
             logits: [B, K] classifier outputs.
             features: [B, d] penultimate features (the input of the final linear layer).
             target: [B] class ids in ``[0, K)``.
         """
+        warn_if_evaluating_in_train_mode(self, "class statistics")
         with _label("mr2.statistics_update"):
             check_classification_inputs(
                 logits, features, target, self.num_classes, self.check_values, finite=False
@@ -531,13 +548,25 @@ class MR2Loss(nn.Module):
                 logit_term = additive_margin_loss(logits, target, gamma)
             else:
                 logit_term = logit_margin_loss(logits, target, gamma)
-        if self.lambda_rep > 0:
-            with _label("mr2.representation_margin"):
-                rep_term = self.representation_term(features, target, margin)
+        # A training step whose features need no gradient (a linear probe on cached features, detached
+        # features): the representation term is a constant there, its gradient reaches no parameter, so
+        # it is not computed (a Python attribute decides: no host sync).
+        self.representation_skipped = (
+            self.lambda_rep > 0 and self.training and torch.is_grad_enabled() and not features.requires_grad
+        )
+        if self.representation_skipped:
+            rep_term = logit_term.new_full((), float("nan"))
+            total = logit_term
         else:
-            rep_term = logit_term.new_zeros(())
-        total = logit_term + self.lambda_rep * rep_term
+            if self.lambda_rep > 0:
+                with _label("mr2.representation_margin"):
+                    rep_term = self.representation_term(features, target, margin)
+            else:
+                rep_term = logit_term.new_zeros(())
+            total = logit_term + self.lambda_rep * rep_term
         self.parts = MR2LossParts(total.detach(), logit_term.detach(), rep_term.detach(), gamma, margin)
-        if self.training and self.collapse_guard is not None:  # a host read every few steps only
+        # A host read every few steps only; features without a gradient (a linear probe) cannot
+        # collapse by training, so they are not watched.
+        if self.training and self.collapse_guard is not None and features.requires_grad:
             self.collapse_guard.observe(features, target, logit_term, self.collapse_advice)
         return total

@@ -13,6 +13,7 @@ from mr2.errors import check_choice, listed
 from mr2.functional.class_sums import class_sums
 from mr2.functional.reduction import working_dtype
 from mr2.functional.representation_baselines import CenterUpdate, center_distances, center_update
+from mr2.losses.eval_mode import warn_if_evaluating_in_train_mode
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import MethodConfigError, register_method
 
@@ -103,6 +104,7 @@ class CenterLoss(TrainingMethod):
         distance = center_distances(features, self.centers, target).mean()
         loss = ce + 0.5 * self.lambda_center * distance
         if self.training:
+            warn_if_evaluating_in_train_mode(self, "class centres")
             self._update_centers(features.detach(), target)
         self.record(loss_ce=ce, loss_center=distance)
         return loss

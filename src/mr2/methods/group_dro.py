@@ -9,6 +9,7 @@ import torch
 from mr2 import distributed
 from mr2.checks import MR2InputError, check_num_classes
 from mr2.functional.baselines import class_loss_sums, group_dro_update
+from mr2.losses.eval_mode import warn_if_evaluating_in_train_mode
 from mr2.methods.base import MethodContext, TrainingMethod, checked_cross_entropy
 from mr2.methods.registry import register_method
 
@@ -88,6 +89,7 @@ class GroupDRO(TrainingMethod):
         denom = global_counts.clamp_min(1.0)
         class_loss = global_sums / denom
         if self.training:
+            warn_if_evaluating_in_train_mode(self, "class weights q")
             with torch.no_grad():
                 self.q.copy_(group_dro_update(self.q, class_loss, present, self.eta, self.class_adjustment))
         q = self.q.to(dtype)

@@ -76,6 +76,8 @@ class MR2Method(TrainingMethod):
         parts = self.loss.parts
         if parts is None:
             return {}
+        if self.loss.representation_skipped:  # a linear probe: the term is not computed (NaN)
+            return {"loss_logit": parts.logit}
         return {"loss_logit": parts.logit, "loss_rep": parts.representation}
 
     def class_statistics(self) -> dict[str, torch.Tensor]:

@@ -1,0 +1,150 @@
+"""Benchmark: a linear-probe training step with MR2 against the same step with cross-entropy.
+
+A linear probe (``regime: linear_probe``) trains a linear head on cached, frozen features: the features
+are the head's input and need no gradient, so :class:`mr2.MR2Loss` leaves its representation term out
+of the training step (docs/mr2.md, "Linear probe"). One step: the head's forward, the loss (MR2: the
+class statistics' update and the logit term), ``zero_grad``, backward and an SGD step, on CPU, float32.
+
+Timed side by side, interleaved step by step in one process (the same batches, seed 0):
+
+- ``ce``: ``F.cross_entropy``;
+- ``mr2``: ``MR2Loss(K)``, the default (``T = d``), features as a linear probe gives them (no gradient);
+- ``mr2 paper``: ``MR2Loss.from_variant("paper", K)`` (``T = 1``), the same features;
+- ``mr2, term computed``: ``MR2Loss(K)`` given features that require a gradient (the representation
+  term computed and differentiated, as a step that trains the features would): what the saving saves.
+
+Usage::
+
+    PYTHONPATH=src python benchmarks/bench_linear_probe.py --threads 2            # K = 10, 100, 1000
+    PYTHONPATH=src python benchmarks/bench_linear_probe.py --quick --classes 10   # smoke test
+
+A benchmark, not a test: it asserts nothing about time (tests/benchmarks runs its quick mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mr2 import MR2Loss
+
+__all__ = ["VARIANTS", "main", "run_case"]
+
+#: The timed variants, in the order of the table.
+VARIANTS = ("ce", "mr2", "mr2 paper", "mr2, term computed")
+BATCH_POOL = 4
+
+
+def _loss_for(name: str, num_classes: int) -> tuple[Callable[..., torch.Tensor], bool]:
+    """``(loss(logits, features, target), features need a gradient)`` of a variant."""
+    if name == "ce":
+        return (lambda logits, features, target: F.cross_entropy(logits, target)), False
+    if name == "mr2 paper":
+        return MR2Loss.from_variant("paper", num_classes), False
+    return MR2Loss(num_classes), name == "mr2, term computed"
+
+
+def run_case(
+    num_classes: int, *, batch: int = 512, dim: int = 768, warmup: int = 5, repeats: int = 61, seed: int = 0
+) -> dict[str, list[float]]:
+    """Milliseconds per training step of every variant of :data:`VARIANTS`, interleaved."""
+    g = torch.Generator().manual_seed(seed)
+    batches = [
+        (torch.randn(batch, dim, generator=g).relu_(), torch.randint(0, num_classes, (batch,), generator=g))
+        for _ in range(BATCH_POOL)
+    ]
+    setups = {}
+    for name in VARIANTS:
+        torch.manual_seed(seed)
+        head = nn.Linear(dim, num_classes)
+        loss, wants_grad = _loss_for(name, num_classes)
+        setups[name] = (head, torch.optim.SGD(head.parameters(), lr=0.01, momentum=0.9), loss, wants_grad)
+
+    def step(name: str, r: int) -> float:
+        head, optimizer, loss_fn, wants_grad = setups[name]
+        features, target = batches[r % BATCH_POOL]
+        if wants_grad:
+            features = features.detach().requires_grad_()
+        start = time.perf_counter()
+        loss = loss_fn(head(features), features, target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return 1e3 * (time.perf_counter() - start)
+
+    for r in range(warmup):
+        for name in VARIANTS:
+            step(name, r)
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for r in range(repeats):
+        for name in VARIANTS:
+            times[name].append(step(name, r))
+    return times
+
+
+def format_table(results: Sequence[tuple[int, dict[str, list[float]]]], *, batch: int, dim: int) -> str:
+    lines = [
+        "| B | K | d | " + " | ".join(f"{v} median / min ms" for v in VARIANTS)
+        + " | mr2 / ce (median) | mr2 / ce (min) | mr2 paper / ce (median) | term computed / ce (median) |",
+        "| ---: | ---: | ---: |" + " ---: |" * (len(VARIANTS) + 4),
+    ]
+    for k, times in results:
+        med = {v: statistics.median(times[v]) for v in VARIANTS}
+        low = {v: min(times[v]) for v in VARIANTS}
+        cells = [str(batch), str(k), str(dim), *(f"{med[v]:.2f} / {low[v]:.2f}" for v in VARIANTS),
+                 f"{med['mr2'] / med['ce']:.2f}x", f"{low['mr2'] / low['ce']:.2f}x",
+                 f"{med['mr2 paper'] / med['ce']:.2f}x", f"{med['mr2, term computed'] / med['ce']:.2f}x"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _load() -> str:
+    try:
+        return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--classes", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--repeats", type=int, default=61)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="one warm-up step and two timed steps per case")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
+    print(f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"python {platform.python_version()}, seed {args.seed}")
+    print(f"load average at start (1, 5, 15 min): {_load()}")
+    warmup, repeats = (1, 2) if args.quick else (5, args.repeats)
+    results = [
+        (k, run_case(k, batch=args.batch, dim=args.dim, warmup=warmup, repeats=repeats, seed=args.seed))
+        for k in args.classes
+    ]
+    print(f"Linear-probe training step (head forward, loss, backward, SGD step), {repeats} interleaved "
+          "repeats:")
+    print(format_table(results, batch=args.batch, dim=args.dim))
+    print(f"load average at end (1, 5, 15 min): {_load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
