@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,35 +74,81 @@ CONFIRMATION_POOL = tuple(range(2000, 2030))
 # Calibration data
 # ---------------------------------------------------------------------------------------------
 
-def _pooled_sd(groups: Sequence[Sequence[float]]) -> float:
-    variances = [statistics.variance(g) for g in groups if len(g) >= 2]
-    return math.sqrt(statistics.fmean(variances))
+def _pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The pooled SD of groups (each about its own mean) and its degrees of freedom."""
+    squares = sum(float(((np.asarray(g) - np.mean(g)) ** 2).sum()) for g in groups if len(g) >= 2)
+    df = sum(len(g) - 1 for g in groups if len(g) >= 2)
+    return math.sqrt(squares / df), df
 
 
-def extract() -> list[dict[str, Any]]:
-    """The cells' calibration from the recorded ``full`` tunes (written to :data:`CELLS_FILE`)."""
+def recorded(name: str) -> dict[str, Any]:
+    """The re-run record's figures of a cell (``<cell>-full-v2``), points: the test hard tier's seed
+    SD pooled over ERM and the contenders, the paired-difference SD against ERM (shared seeds), the
+    same-seed correlation of ERM's and the contenders' test hard tier (pooled cross-products), the
+    validation score's seed SD pooled over the candidates with 2 or more selection runs; each with its
+    degrees of freedom."""
+    record = json.loads((TRACK / f"{name}-full-v2" / "recommendation.json").read_text())
+    methods = record["confirmation"]["figures"]["methods"]
+    hard = {label: dict(zip(m["seeds"], m["values"]["tier:hard"], strict=True))
+            for label, m in methods.items()}
+    erm = hard["erm"]
+    test_sd, test_df = _pooled_sd([[100 * v for v in h.values()] for h in hard.values()])
+    diffs, cross, erm_ss, other_ss = [], 0.0, 0.0, 0.0
+    for label, values in hard.items():
+        if label == "erm":
+            continue
+        shared = sorted(set(erm) & set(values))
+        a = 100 * np.array([erm[s] for s in shared])
+        b = 100 * np.array([values[s] for s in shared])
+        diffs.append(list(b - a))
+        cross += float(((a - a.mean()) * (b - b.mean())).sum())
+        erm_ss += float(((a - a.mean()) ** 2).sum())
+        other_ss += float(((b - b.mean()) ** 2).sum())
+    diff_sd, diff_df = _pooled_sd(diffs)
+    scored = [[100 * v for v in c["scores"]] for c in record["selection"]["candidates"]
+              if len(c["scores"]) >= 2 and None not in c["scores"]]
+    val_sd, val_df = _pooled_sd(scored)
+    return {"record": record, "test_sd": test_sd, "test_df": test_df, "diff_sd": diff_sd, "diff_df": diff_df,
+            "seed_corr": cross / math.sqrt(erm_ss * other_ss), "val_sd": val_sd, "val_df": val_df}
+
+
+def extract(seed: int = 0) -> list[dict[str, Any]]:
+    """The cells' calibration from the re-run ``full`` tunes (written to :data:`CELLS_FILE`): ERM's
+    per-class test accuracies, the recorded SDs with their degrees of freedom, kappa = the recorded
+    same-seed correlation (0 where negative), and ``tau`` fitted (:func:`fit_tau`) so that the
+    simulated paired-difference SD is the recorded one (a run's test hard-tier SD of
+    ``diff_sd / sqrt(2 (1 - kappa))``); ``rho`` (the samples' shared difficulty)
+    as fitted on the validation score in TUNE-STATISTICS section 1."""
     cells = []
-    for name in CELLS:
-        record = json.loads((TRACK / f"{name}-full" / "recommendation.json").read_text())
-        selection = record["selection"]
-        scored = [c["scores"] for c in selection["candidates"]
-                  if c["eligible"] and len(c["scores"]) >= 2 and None not in c["scores"]]
-        methods = record["confirmation"]["figures"]["methods"]
-        per_class = methods["erm"]["per_class_mean"]
+    for i, name in enumerate(CELLS):
+        figures = recorded(name)
+        record = figures["record"]
+        per_class = record["confirmation"]["figures"]["methods"]["erm"]["per_class_mean"]
         dataset = record["base_config"]["data"]["name"]
         train = record["base_config"]["data"]["train_per_class"]
-        tau, rho = NOISE[name]
+        cell = Cell(name, len(per_class), round(train * record["base_config"]["data"]["val_fraction"]),
+                    TEST_PER_CLASS[dataset], np.asarray(per_class, dtype=np.float64), 0.0, NOISE[name][1],
+                    figures["val_sd"], figures["test_sd"])
+        kappa = max(0.0, figures["seed_corr"])
+        # The paired difference is what the confirmation tests: tau is fitted to it
+        # (its SD is sqrt(2 (1 - kappa)) times a run's).
+        target = figures["diff_sd"] / math.sqrt(2.0 * (1.0 - kappa))
+        tau = fit_tau(cell, target, np.random.default_rng([seed, i, 7]))
         cells.append({
             "name": name,
-            "num_classes": len(per_class),
-            "val_per_class": round(train * record["base_config"]["data"]["val_fraction"]),
-            "test_per_class": TEST_PER_CLASS[dataset],
+            "num_classes": cell.num_classes,
+            "val_per_class": cell.val_per_class,
+            "test_per_class": cell.test_per_class,
             "erm_test_per_class": per_class,
             "tau": tau,
-            "rho": rho,
-            "recorded_val_score_sd": 100 * _pooled_sd(scored),
-            "recorded_test_hard_sd": 100 * _pooled_sd([m["values"]["tier:hard"] for m in methods.values()]),
-            "source": f"docs/benchmarks/tune-track/{name}-full/recommendation.json",
+            "rho": cell.rho,
+            "seed_corr": round(kappa, 3),
+            "recorded_val_score_sd": figures["val_sd"],
+            "recorded_test_hard_sd": figures["test_sd"],
+            "recorded_diff_sd": figures["diff_sd"],
+            "recorded_seed_corr": figures["seed_corr"],
+            "df": {"val": figures["val_df"], "test": figures["test_df"], "diff": figures["diff_df"]},
+            "source": f"docs/benchmarks/tune-track/{name}-full-v2/recommendation.json",
         })
     return cells
 
@@ -128,12 +174,17 @@ class Cell:
     rho: float
     recorded_val_sd: float
     recorded_test_sd: float
+    seed_corr: float = 0.0  # same-seed correlation of any two methods' runs (kappa)
+    recorded_diff_sd: float = math.nan  # paired-difference SD of the test hard tier (points)
+    recorded_seed_corr: float = math.nan
+    df: dict[str, int] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Cell:
         return cls(d["name"], d["num_classes"], d["val_per_class"], d["test_per_class"],
                    np.asarray(d["erm_test_per_class"], dtype=np.float64), d["tau"], d["rho"],
-                   d["recorded_val_score_sd"], d["recorded_test_hard_sd"])
+                   d["recorded_val_score_sd"], d["recorded_test_hard_sd"], d.get("seed_corr", 0.0),
+                   d.get("recorded_diff_sd", math.nan), d.get("recorded_seed_corr", math.nan), d.get("df"))
 
     @property
     def true_hard(self) -> np.ndarray:
@@ -142,7 +193,16 @@ class Cell:
 
 
 class Simulator:
-    """Trials of one cell; a fresh validation set per :meth:`new_tune`, one test set per simulator."""
+    """Trials of one cell; a fresh validation set per :meth:`new_tune`, one test set per simulator.
+
+    Runs on the same seed share a part of their noise (the cell's ``seed_corr``, kappa): a run's
+    class-level seed noise is ``tau (sqrt(kappa) g_s + sqrt(1 - kappa) g_r)`` and its
+    run-and-sample noise (validation) or test sampling draw ``sqrt(kappa) h_s + sqrt(1 - kappa) h_r``,
+    ``g_s, h_s`` drawn once per tune and seed, so two methods' same-seed runs correlate about kappa
+    (the re-run records' same-seed correlation of ERM's and a candidate's test hard tier). Test
+    accuracies lie on the count lattice (``c / n_test``) and carry their rounding SD, so the
+    verdict's SD floor applies as it does on real figures.
+    """
 
     def __init__(self, cell: Cell, rng: np.random.Generator, grid_step: float = 0.005) -> None:
         self.cell = cell
@@ -157,7 +217,8 @@ class Simulator:
         # Test set: tabulate, per class, mean and variance of the accuracy as functions of m = mu + u.
         sr, se = math.sqrt(cell.rho), math.sqrt(1.0 - cell.rho)
         a_test = rng.standard_normal((k, cell.test_per_class))
-        mu_all = self.scale * stats.norm.ppf(np.clip(np.concatenate([cell.p, cell.p + 0.03]), 1e-6, 1 - 1e-6))
+        mu_all = self.scale * stats.norm.ppf(np.clip(np.concatenate([cell.p - 0.06, cell.p + 0.03]),
+                                                     1e-6, 1 - 1e-6))
         low = float(mu_all.min()) - 6 * cell.tau - 1.0
         high = float(mu_all.max()) + 6 * cell.tau + 1.0
         self.grid = np.arange(low, high + grid_step, grid_step)
@@ -168,21 +229,57 @@ class Simulator:
             mean[j] = prob.mean(1)
             var[j] = (prob * (1 - prob)).mean(1) / cell.test_per_class
         self.test_mean, self.test_sd = mean, np.sqrt(var)
+        self.rounding_sd = 0.0
         self.a_val = np.zeros(self.y_val.size)
         self.mu: dict[str, np.ndarray] = {}
+        self.skewed: tuple[str, np.ndarray, np.ndarray, float] | None = None
+        self._shared: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
 
-    def new_tune(self, mu: dict[str, np.ndarray]) -> None:
-        """A fresh validation set; ``mu``: label -> [K] probit means."""
+    def new_tune(self, mu: dict[str, np.ndarray],
+                 skewed: tuple[str, np.ndarray, np.ndarray, float] | None = None) -> None:
+        """A fresh validation set; ``mu``: label -> [K] probit means; ``skewed``: (label, usual [K],
+        collapsed [K], q): that label's runs have the collapsed means with probability q each."""
         self.a_val = self.rng.standard_normal(self.y_val.size)
         self.mu = mu
+        self.skewed = skewed
+        self._shared = {}
+
+    def _means(self, requests: Sequence[Request]) -> np.ndarray:
+        mu = np.stack([self.mu[r.label] for r in requests])  # [R, K]
+        if self.skewed is not None:
+            label, usual, collapsed, q = self.skewed
+            rows = np.array([r.label == label for r in requests])
+            if rows.any():
+                down = self.rng.random(int(rows.sum())) < q
+                mu[rows] = np.where(down[:, None], collapsed[None, :], usual[None, :])
+        return mu
+
+    def _seed_noise(self, requests: Sequence[Request], width: int) -> tuple[np.ndarray, np.ndarray]:
+        """[R, K] class-level and [R, width] sample-level standard normals, correlated kappa between
+        runs of one seed (and phase)."""
+        kappa = self.cell.seed_corr
+        k = self.cell.num_classes
+        own_u = self.rng.standard_normal((len(requests), k))
+        own_e = self.rng.standard_normal((len(requests), width))
+        if kappa <= 0:
+            return own_u, own_e
+        shared_u, shared_e = [], []
+        for r in requests:
+            key = (r.phase, r.seed)
+            if key not in self._shared:
+                self._shared[key] = (self.rng.standard_normal(k), self.rng.standard_normal(width))
+            shared_u.append(self._shared[key][0])
+            shared_e.append(self._shared[key][1])
+        a, b = math.sqrt(kappa), math.sqrt(1.0 - kappa)
+        return a * np.stack(shared_u) + b * own_u, a * np.stack(shared_e) + b * own_e
 
     def validation(self, requests: Sequence[Request]) -> list[ValidationFigures]:
         c = self.cell
         k = c.num_classes
-        mu = np.stack([self.mu[r.label] for r in requests])  # [R, K]
-        u = c.tau * self.rng.standard_normal(mu.shape)
-        latent = ((mu + u)[:, self.y_val] + math.sqrt(c.rho) * self.a_val[None, :]
-                  + math.sqrt(1 - c.rho) * self.rng.standard_normal((len(requests), self.y_val.size)))
+        mu = self._means(requests)
+        g, e = self._seed_noise(requests, self.y_val.size)
+        latent = ((mu + c.tau * g)[:, self.y_val] + math.sqrt(c.rho) * self.a_val[None, :]
+                  + math.sqrt(1 - c.rho) * e)
         correct = latent > 0
         cells = (np.arange(len(requests))[:, None] * (2 * k) + self.index[None, :])[correct]
         halves = np.bincount(cells, minlength=len(requests) * 2 * k).reshape(-1, 2, k)
@@ -194,23 +291,53 @@ class Simulator:
                                   half_count=self.half_count)
                 for i, r in enumerate(requests)]
 
-    def test_accuracy(self, mu: np.ndarray) -> np.ndarray:
-        """[R, K] per-class test accuracies of runs with probit means ``mu`` [R, K]."""
-        u = self.cell.tau * self.rng.standard_normal(mu.shape)
-        m = mu + u
+    def test_accuracy(self, mu: np.ndarray, g: np.ndarray | None = None,
+                      z: np.ndarray | None = None) -> np.ndarray:
+        """[R, K] per-class test accuracies (on the count lattice) of runs with probit means ``mu``
+        [R, K]; ``g``, ``z``: their class-level and sampling standard normals (drawn if None)."""
+        g = self.rng.standard_normal(mu.shape) if g is None else g
+        z = self.rng.standard_normal(mu.shape) if z is None else z
+        m = mu + self.cell.tau * g
         position = np.clip((m - self.grid[0]) / (self.grid[1] - self.grid[0]), 0, self.grid.size - 1.001)
         left = position.astype(np.int64)
         weight = position - left
         rows = np.arange(self.cell.num_classes)[None, :]
         mean = (1 - weight) * self.test_mean[rows, left] + weight * self.test_mean[rows, left + 1]
         sd = (1 - weight) * self.test_sd[rows, left] + weight * self.test_sd[rows, left + 1]
-        return np.clip(mean + sd * self.rng.standard_normal(m.shape), 0.0, 1.0)
+        n = self.cell.test_per_class
+        return np.clip(np.rint(n * (mean + sd * z)), 0, n) / n
 
     def test(self, requests: Sequence[Request], hard: Sequence[int]) -> list[SeedFigures]:
-        acc = self.test_accuracy(np.stack([self.mu[r.label] for r in requests]))
+        g, z = self._seed_noise(requests, self.cell.num_classes)
+        acc = self.test_accuracy(self._means(requests), g, z)
         hard_tier = acc[:, list(hard)].mean(1)
         overall = acc.mean(1)
-        return [SeedFigures(float(hard_tier[i]), float(overall[i])) for i in range(len(requests))]
+        h = len(hard)
+        rounding = math.sqrt(h / (12.0 * self.cell.test_per_class ** 2)) / h
+        return [SeedFigures(float(hard_tier[i]), float(overall[i]), rounding) for i in range(len(requests))]
+
+
+def fit_tau(cell: Cell, target_sd: float, rng: np.random.Generator, draws: int = 4000) -> float:
+    """The class-level seed noise ``tau`` whose simulated test hard-tier seed SD (true hard classes,
+    on the count lattice) is ``target_sd`` points (bisection; 0 when even tau = 0 is noisier)."""
+    wide = Simulator(Cell(**{**cell.__dict__, "tau": 1.0}), rng)
+    hard = np.flatnonzero(cell.true_hard)
+    g = rng.standard_normal((draws, cell.num_classes))
+    z = rng.standard_normal((draws, cell.num_classes))
+
+    def sd(tau: float) -> float:
+        wide.cell.tau = tau
+        mu = math.sqrt(1 + tau ** 2) * stats.norm.ppf(cell.p)
+        acc = wide.test_accuracy(np.broadcast_to(mu, g.shape).copy(), g, z)
+        return 100 * float(acc[:, hard].mean(1).std(ddof=1))
+
+    low, high = 0.0, 1.0
+    if sd(low) >= target_sd:
+        return 0.0
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if sd(middle) < target_sd else (low, middle)
+    return round((low + high) / 2, 4)
 
 
 def probit_means(cell: Cell, labels: Sequence[str], good: str | None, delta: float) -> dict[str, np.ndarray]:
@@ -244,17 +371,30 @@ def labels_for(count: int) -> list[str]:
     return ["erm", *[f"c{i}" for i in range(count)]]
 
 
+#: The left-skewed null: one candidate's runs are +0.5 point on the true hard classes, or -4.5 with
+#: probability 0.1 (mean 0: no better than ERM), the others equal ERM.
+SKEWED = (0.5, -4.5, 0.1)
+
+
 def run_scenario(sim: Simulator, design: Design, labels: list[str], delta: float, reps: int,
                  pools: tuple[Sequence[int], Sequence[int]], progress: Callable[[int], None] | None = None,
-                 ) -> Outcome:
+                 skewed: tuple[float, float, float] | None = None) -> Outcome:
+    """``reps`` tunes through the shipped :class:`Plan`; ``skewed``: (usual, collapsed, q) points for
+    one candidate at a random position (``right`` then counts adopting it), ``delta`` ignored."""
     rng = sim.rng
     out = {name: np.zeros(reps, dtype=bool) for name in ("adopt", "right", "recommended", "helps_old",
                                                          "picked_good")}
     trainings = np.zeros(reps, dtype=np.int64)
     others = labels[1:]
     for rep in range(reps):
-        good = others[int(rng.integers(len(others)))] if delta > 0 else None
-        sim.new_tune(probit_means(sim.cell, labels, good, delta))
+        good = others[int(rng.integers(len(others)))] if (delta > 0 or skewed) else None
+        if skewed is None:
+            sim.new_tune(probit_means(sim.cell, labels, good, delta))
+        else:
+            usual, collapsed, q = skewed
+            sim.new_tune(probit_means(sim.cell, labels, None, 0.0),
+                         (str(good), probit_means(sim.cell, [str(good)], good, usual)[str(good)],
+                          probit_means(sim.cell, [str(good)], good, collapsed)[str(good)], q))
         plan = Plan(labels, selection_seeds=pools[0], confirmation_seeds=pools[1], design=design)
         while requests := plan.next_round():
             if requests[0].phase == "selection":
@@ -281,11 +421,13 @@ def run_scenario(sim: Simulator, design: Design, labels: list[str], delta: float
                    out["picked_good"])
 
 
-def calibration(sim: Simulator, reps: int = 200, seeds: int = 3) -> tuple[float, float]:
+def calibration(sim: Simulator, reps: int = 200, seeds: int = 3) -> tuple[float, float, float, float]:
     """Simulated seed SDs (points): the validation score (``choose``'s split-half hard tier, pooled
-    over 4 candidates equal to ERM) and the test hard tier on ``choose``'s hard classes."""
+    over 4 candidates equal to ERM), the test hard tier on ``choose``'s hard classes, the paired
+    difference of two methods' test hard tiers on shared seeds, and their same-seed correlation."""
     labels = ["erm", "c1", "c2", "c3"]
-    val_var, test_var = [], []
+    val_var, test_var, diff_var = [], [], []
+    cross = erm_ss = other_ss = 0.0
     for _ in range(reps):
         sim.new_tune(probit_means(sim.cell, labels, None, 0.0))
         requests = [Request("selection", label, s) for s in range(seeds) for label in labels]
@@ -295,9 +437,17 @@ def calibration(sim: Simulator, reps: int = 200, seeds: int = 3) -> tuple[float,
             runs[r.label].append(f)
         choice = choose(runs, "hard_tier", "erm")
         val_var.extend(statistics.variance(s.scores) for s in choice.scores)
-        tests = sim.test([Request("confirmation", "erm", s) for s in range(seeds)], choice.hard_classes)
-        test_var.append(statistics.variance([t.hard_tier for t in tests]))
-    return 100 * math.sqrt(statistics.fmean(val_var)), 100 * math.sqrt(statistics.fmean(test_var))
+        tests = sim.test([Request("confirmation", label, s) for s in range(seeds) for label in ("erm", "c1")],
+                         choice.hard_classes)
+        a = np.array([t.hard_tier for t in tests[0::2]])
+        b = np.array([t.hard_tier for t in tests[1::2]])
+        test_var.append(float(a.var(ddof=1)))
+        diff_var.append(float((b - a).var(ddof=1)))
+        cross += float(((a - a.mean()) * (b - b.mean())).sum())
+        erm_ss += float(((a - a.mean()) ** 2).sum())
+        other_ss += float(((b - b.mean()) ** 2).sum())
+    return (100 * math.sqrt(statistics.fmean(val_var)), 100 * math.sqrt(statistics.fmean(test_var)),
+            100 * math.sqrt(statistics.fmean(diff_var)), cross / math.sqrt(erm_ss * other_ss))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +484,17 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     "s1,3k6-m3-L4,8,12": _race((1, 3), (6,), 3, (4, 8, 12)),
     "s1,3k5-m4-L3,6,9": _race((1, 3), (5,), 4, (3, 6, 9)),
     "s1,3k6-m4-L3,6,9-f0.5": _race((1, 3), (6,), 4, (3, 6, 9), futility=0.5),
+    # Issue 44: the confirmation's spread pooled over ERM and the contenders, and a max-t level.
+    "pooled": (replace(DEFAULT_DESIGN, variance="pooled"), 3, 9),
+    "pooled-maxt": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t"), 3, 9),
+    "pooled-maxt-k8m5": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t", keep=(8,),
+                                 contenders=5), 3, 9),
+    "pooled-maxt-k6m4": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t", keep=(6,)), 3, 9),
+    "pooled-maxt-pocock": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t",
+                                   spending="pocock"), 3, 9),
+    "noguard": (replace(DEFAULT_DESIGN, selection_guard="none"), 3, 9),
+    "pooled-maxt-noguard": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t",
+                                    selection_guard="none"), 3, 9),
 }
 
 
@@ -345,9 +506,10 @@ def pools_for(name: str) -> tuple[Sequence[int], Sequence[int]]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--design", nargs="+", default=["default"], choices=sorted(DESIGNS))
-    parser.add_argument("--candidates", nargs="+", type=int, default=[17, 15])
+    parser.add_argument("--candidates", nargs="+", type=int, default=[17])
     parser.add_argument("--deltas", nargs="+", type=float, default=[0.0, 0.5, 1.0, 2.0])
-    parser.add_argument("--reps", type=int, default=500, help="tunes per cell and scenario")
+    parser.add_argument("--no-skewed", action="store_true", help="leave out the left-skewed null")
+    parser.add_argument("--reps", type=int, default=200, help="tunes per cell and scenario")
     parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=CELLS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibration-reps", type=int, default=200)
@@ -355,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     args = parser.parse_args(argv)
     if args.extract:
-        CELLS_FILE.write_text(json.dumps(extract(), indent=1) + "\n")
+        CELLS_FILE.write_text(json.dumps(extract(args.seed), indent=1) + "\n")
         print(f"wrote {CELLS_FILE}")
         return {}
     cells = {c["name"]: Cell.from_dict(c) for c in load_cells()}
@@ -363,106 +525,116 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     start = time.time()
     simulators = {}
-    print("## Calibration: seed SD of the validation score and of the test hard tier (points)\n")
-    print("| cell | K | val / class | test / class | tau | rho | val SD recorded -> simulated "
-          "| test hard SD recorded -> simulated |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    if args.calibration_reps:
+        print("## Calibration: seed SDs (points) recorded in the re-run records (degrees of freedom) "
+              "-> simulated\n")
+        print("| cell | K | val / class | test / class | tau | rho | kappa | val score SD | test hard SD "
+              "| paired-difference SD | same-seed correlation |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for i, name in enumerate(args.cells):
         cell = cells[name]
         sim = Simulator(cell, np.random.default_rng([args.seed, i]))
         simulators[name] = sim
         if args.calibration_reps:
-            val_sd, test_sd = calibration(sim, args.calibration_reps)
-            results.setdefault("calibration", {})[name] = [cell.recorded_val_sd, val_sd,
-                                                           cell.recorded_test_sd, test_sd]
+            val_sd, test_sd, diff_sd, corr = calibration(sim, args.calibration_reps)
+            results.setdefault("calibration", {})[name] = {
+                "val_sd": [cell.recorded_val_sd, val_sd], "test_sd": [cell.recorded_test_sd, test_sd],
+                "diff_sd": [cell.recorded_diff_sd, diff_sd], "seed_corr": [cell.recorded_seed_corr, corr]}
+            df = cell.df or {}
             print(f"| {name} | {cell.num_classes} | {cell.val_per_class} | {cell.test_per_class} | "
-                  f"{cell.tau:g} | {cell.rho:g} | {cell.recorded_val_sd:.2f} -> {val_sd:.2f} | "
-                  f"{cell.recorded_test_sd:.2f} -> {test_sd:.2f} |", flush=True)
+                  f"{cell.tau:g} | {cell.rho:g} | {cell.seed_corr:g} | "
+                  f"{cell.recorded_val_sd:.2f} ({df.get('val', '?')}) -> {val_sd:.2f} | "
+                  f"{cell.recorded_test_sd:.2f} ({df.get('test', '?')}) -> {test_sd:.2f} | "
+                  f"{cell.recorded_diff_sd:.2f} ({df.get('diff', '?')}) -> {diff_sd:.2f} | "
+                  f"{cell.recorded_seed_corr:+.2f} -> {corr:+.2f} |", flush=True)
+    scenarios: list[str] = [f"{d:g}" for d in args.deltas] + ([] if args.no_skewed else ["skewed"])
     for design_name in args.design:
         design, _, _ = DESIGNS[design_name]
         pools = pools_for(design_name)
         for count in args.candidates:
             labels = labels_for(count)
-            table: dict[str, dict[float, dict[str, float]]] = {}
+            table: dict[str, dict[str, dict[str, float]]] = {}
             for name in args.cells:
                 sim = simulators[name]
                 table[name] = {}
-                for delta in args.deltas:
+                for scenario in scenarios:
                     t0 = time.time()
-                    o = run_scenario(sim, design, labels, delta, args.reps, pools)
-                    table[name][delta] = {
+                    skewed = SKEWED if scenario == "skewed" else None
+                    delta = 0.0 if skewed else float(scenario)
+                    o = run_scenario(sim, design, labels, delta, args.reps, pools, skewed=skewed)
+                    table[name][scenario] = {
                         "adopt": float(o.adopt.mean()), "right": float(o.right.mean()),
                         "useless": float((o.adopt & ~o.right).mean()),
-                        "recommended": float(o.recommended.mean()), "helps_old": float(o.helps_old.mean()),
                         "picked_good": float(o.picked_good.mean()),
                         "trainings_mean": float(o.trainings.mean()), "trainings_max": int(o.trainings.max()),
                     }
-                    print(f"  [{time.time() - start:7.1f}s] {design_name} {count} {name} delta={delta:g}: "
+                    print(f"  [{time.time() - start:7.1f}s] {design_name} {count} {name} {scenario}: "
                           f"adopt {100 * o.adopt.mean():.1f}% right {100 * o.right.mean():.1f}% "
+                          f"picked {100 * o.picked_good.mean():.1f}% "
                           f"trainings {o.trainings.mean():.1f}/{o.trainings.max()} ({time.time() - t0:.1f}s)",
                           file=sys.stderr, flush=True)
-            results.setdefault("designs", {}).setdefault(design_name, {})[str(count)] = {
-                name: {str(d): v for d, v in rows.items()} for name, rows in table.items()}
-            print_tables(design_name, design, count, table, args.deltas, args.reps)
+            results.setdefault("designs", {}).setdefault(design_name, {})[str(count)] = table
+            print_tables(design_name, design, count, table, scenarios, args.reps)
     print(f"\n{time.time() - start:.0f} s in all; seed {args.seed}, {args.reps} tunes per cell and scenario.")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return results
 
 
-def print_tables(design_name: str, design: Design, count: int,
-                 table: dict[str, dict[float, dict[str, float]]], deltas: Sequence[float], reps: int) -> None:
+def print_tables(design_name: str, design: Design, count: int, table: dict[str, dict[str, dict[str, float]]],
+                 scenarios: Sequence[str], reps: int) -> None:
+    """Per cell: P(adopt) under the null and the skewed null, P(adopt the good one) at each delta,
+    P(the good one among the contenders) and the mean trainings (null / alternatives); the mean row
+    with the binomial SE of the mean of the 10 cells' rates."""
     print(f"\n## Design `{design_name}` ({design.to_dict()}), {count} candidates vs ERM, {reps} tunes "
           "per cell and scenario (%; trainings per tune)\n")
-    alts = [d for d in deltas if d > 0]
+    alts = [s for s in scenarios if s not in ("0", "skewed")]
     header = ["cell"]
-    if 0.0 in deltas:
-        header += ["null: adopt", "null: recommended", "null: old 'helps'", "null trainings mean / max"]
-    for d in alts:
-        header += [f"+{d:g}: adopt it", f"+{d:g}: adopt a useless one"]
-    if alts:
-        header += ["alt trainings mean / max"]
+    header += ["null: adopt"] if "0" in scenarios else []
+    header += ["skewed null: adopt (adopt it)"] if "skewed" in scenarios else []
+    header += [f"+{d}: adopt it (picked)" for d in alts]
+    header += ["trainings null / alt (max)"]
     print("| " + " | ".join(header) + " |")
     print("|---|" + "---:|" * (len(header) - 1))
-    means: dict[str, list[float]] = {}
+    columns: dict[str, list[float]] = {}
 
-    def cell_row(name: str, rows: dict[float, dict[str, float]]) -> list[str]:
-        values: list[str] = []
-        if 0.0 in rows:
-            r = rows[0.0]
-            for key in ("adopt", "recommended", "helps_old"):
-                values.append(f"{100 * r[key]:.1f}")
-                means.setdefault(f"0:{key}", []).append(r[key])
-            values.append(f"{r['trainings_mean']:.1f} / {r['trainings_max']}")
-            means.setdefault("0:tm", []).append(r["trainings_mean"])
-            means.setdefault("0:tx", []).append(r["trainings_max"])
-        for d in alts:
-            r = rows[d]
-            values += [f"{100 * r['right']:.1f}", f"{100 * r['useless']:.1f}"]
-            means.setdefault(f"{d}:right", []).append(r["right"])
-            means.setdefault(f"{d}:useless", []).append(r["useless"])
-        if alts:
-            tm = statistics.fmean(rows[d]["trainings_mean"] for d in alts)
-            tx = max(rows[d]["trainings_max"] for d in alts)
-            values.append(f"{tm:.1f} / {tx}")
-            means.setdefault("a:tm", []).append(tm)
-            means.setdefault("a:tx", []).append(tx)
-        return values
+    def add(key: str, value: float) -> float:
+        columns.setdefault(key, []).append(value)
+        return value
 
     for name, rows in table.items():
-        print(f"| {name} | " + " | ".join(cell_row(name, rows)) + " |")
-    mean_row = []
-    if 0.0 in deltas:
-        adopt = means["0:adopt"]
-        mean_row.append(f"**{100 * statistics.fmean(adopt):.1f}** (max {100 * max(adopt):.1f})")
-        mean_row += [f"{100 * statistics.fmean(means[f'0:{k}']):.1f}" for k in ("recommended", "helps_old")]
-        mean_row.append(f"{statistics.fmean(means['0:tm']):.1f} / {max(means['0:tx']):.0f}")
+        values = []
+        if "0" in rows:
+            values.append(f"{100 * add('null', rows['0']['adopt']):.1f}")
+        if "skewed" in rows:
+            values.append(f"{100 * add('skewed', rows['skewed']['adopt']):.1f} "
+                          f"({100 * add('skewed_it', rows['skewed']['right']):.1f})")
+        for d in alts:
+            right, picked = add(d, rows[d]["right"]), add(d + "p", rows[d]["picked_good"])
+            values.append(f"{100 * right:.1f} ({100 * picked:.0f})")
+        null_t = add("tn", rows["0"]["trainings_mean"]) if "0" in rows else math.nan
+        alt_t = add("ta", statistics.fmean(rows[d]["trainings_mean"] for d in alts)) if alts else math.nan
+        top = max(r["trainings_max"] for r in rows.values())
+        add("tx", top)
+        values.append(f"{null_t:.1f} / {alt_t:.1f} ({top})")
+        print(f"| {name} | " + " | ".join(values) + " |")
+
+    def mean_se(key: str) -> str:
+        v = np.asarray(columns[key])
+        se = math.sqrt(float((v * (1 - v)).sum()) / reps) / v.size
+        return f"**{100 * v.mean():.1f}** ± {100 * se:.1f}"
+
+    means = []
+    if "0" in table[next(iter(table))]:
+        means.append(f"{mean_se('null')} (max {100 * max(columns['null']):.1f})")
+    if "skewed" in columns:
+        means.append(f"{mean_se('skewed')} ({100 * statistics.fmean(columns['skewed_it']):.1f})")
     for d in alts:
-        mean_row += [f"**{100 * statistics.fmean(means[f'{d}:right']):.1f}**",
-                     f"{100 * statistics.fmean(means[f'{d}:useless']):.1f}"]
-    if alts:
-        mean_row.append(f"{statistics.fmean(means['a:tm']):.1f} / {max(means['a:tx']):.0f}")
-    print("| **mean** | " + " | ".join(mean_row) + " |", flush=True)
+        means.append(f"{mean_se(d)} ({100 * statistics.fmean(columns[d + 'p']):.0f})")
+    tn = statistics.fmean(columns["tn"]) if "tn" in columns else math.nan
+    ta = statistics.fmean(columns["ta"]) if "ta" in columns else math.nan
+    means.append(f"{tn:.1f} / {ta:.1f} ({max(columns['tx']):.0f})")
+    print("| **mean** | " + " | ".join(means) + " |", flush=True)
 
 
 if __name__ == "__main__":

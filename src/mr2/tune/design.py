@@ -75,22 +75,27 @@ from typing import Any, Literal
 import numpy as np
 
 from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, choose, decide
-from mr2.tune.verdict import CONFIRMED, SeedFigures, Verdict, judge_figures
+from mr2.tune.verdict import CONFIRMED, UNSTABLE, SeedFigures, Verdict, judge_figures
 
 __all__ = [
     "BASELINE_DESIGN",
     "BOUNDARIES",
     "DEFAULT_DESIGN",
+    "MULTIPLICITIES",
     "PHASES",
     "REASONS",
     "SIMULATED_CONFIRMATION_TRAININGS",
     "SPENDING_RULES",
+    "VARIANCES",
     "Advice",
     "Design",
     "Look",
     "Plan",
     "Request",
+    "max_t_critical",
+    "max_t_level",
     "nominal_levels",
+    "pooled_spread",
     "spending_boundaries",
 ]
 
@@ -105,6 +110,12 @@ Spending = Literal["obrien_fleming", "pocock", "bonferroni"]
 BOUNDARIES = ("union", "recursive")
 Boundaries = Literal["union", "recursive"]
 Gate = Literal["best", "margin"]
+#: How each look's test gets its spread (see :func:`pooled_spread`).
+VARIANCES = ("own", "pooled")
+Variance = Literal["own", "pooled"]
+#: How the level is shared among the contenders (see :func:`max_t_critical`).
+MULTIPLICITIES = ("bonferroni", "max_t")
+Multiplicity = Literal["bonferroni", "max_t"]
 
 # Advice.reason keys.
 CONFIRMED_REASON = "confirmed"
@@ -112,18 +123,20 @@ INCONCLUSIVE = "inconclusive"
 CONTRADICTED = "contradicted"
 OVERALL_COST = "overall_cost"
 ERM_CHOSEN = "erm_chosen"
+UNSTABLE_REASON = "unstable"
 NO_ELIGIBLE = "no_eligible"
 ALL_FAILED = "failed"
 NO_CONFIRMATION = "no_confirmation"
 #: Every reason :attr:`Advice.reason` can give.
-REASONS = (CONFIRMED_REASON, INCONCLUSIVE, CONTRADICTED, OVERALL_COST, ERM_CHOSEN, NO_ELIGIBLE,
-           ALL_FAILED, NO_CONFIRMATION)
+REASONS = (CONFIRMED_REASON, INCONCLUSIVE, CONTRADICTED, OVERALL_COST, UNSTABLE_REASON, ERM_CHOSEN,
+           NO_ELIGIBLE, ALL_FAILED, NO_CONFIRMATION)
 
 # Look.decision values.
 ADOPT = "adopt"
 CONTINUE = "continue"
 FUTILITY = "futility"
 STOP = "stop"
+UNSTABLE_DECISION = "unstable"
 
 UNKNOWN_PHASE = "unknown phase {value!r}; one of: selection, confirmation"
 UNKNOWN_LABEL = "unknown candidate {label!r}; the plan's candidates are: {labels}"
@@ -300,6 +313,115 @@ def nominal_levels(fractions: Sequence[float], alpha: float, rule: str,
 
 
 # ---------------------------------------------------------------------------------------------
+# A spread shared by the contenders, and a level shared through their largest t
+# ---------------------------------------------------------------------------------------------
+
+def pooled_spread(blocks: Sequence[np.ndarray]) -> tuple[float, int]:
+    """The SD of a paired difference pooled over every method's runs, and its degrees of freedom.
+
+    Each block is a ``[methods, seeds]`` array of test hard-tier figures (ERM and the contenders that
+    ran all of the block's seeds: the seeds of one look). Under the two-way model
+    ``y_ms = mu_m + b_s + e_ms`` (a method effect, a seed effect shared by every method on that seed,
+    independent ``e_ms ~ N(0, sigma^2)``), a block's interaction residual
+    ``y_ms - ybar_m. - ybar_.s + ybar_..`` has sum of squares ``sigma^2 chi^2`` with
+    ``(M - 1)(S - 1)`` degrees of freedom, independent of the methods' means in that block and of the
+    other blocks: pooled over the blocks it estimates ``sigma^2`` independently of every mean
+    difference a look tests, and a paired difference has SD ``sqrt(2) sigma``.
+
+    Returns:
+        ``(sqrt(2) * sigma_hat, df)``; ``(nan, 0)`` without a block of 2 methods and 2 seeds.
+
+    Example:
+        >>> block = np.array([[0.70, 0.72, 0.71], [0.74, 0.75, 0.76]])
+        >>> sd, df = pooled_spread([block])
+        >>> round(sd, 4), df, round(float(np.std(block[1] - block[0], ddof=1)), 4)
+        (0.01, 2, 0.01)
+    """
+    squares, df = 0.0, 0
+    for block in blocks:
+        y = np.asarray(block, dtype=np.float64)
+        if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2:
+            continue
+        residual = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+        squares += float((residual ** 2).sum())
+        df += (y.shape[0] - 1) * (y.shape[1] - 1)
+    if df == 0:
+        return math.nan, 0
+    return math.sqrt(2.0 * squares / df), df
+
+
+def _max_t_tail(c: float, m: int, df: int, rho: float = 0.5) -> float:
+    """P(max_i T_i > c) for ``m`` equicorrelated (``rho``) standard t variables with ``df`` degrees of
+    freedom sharing one denominator: ``T_i = (sqrt(rho) W + sqrt(1 - rho) X_i) / S``,
+    ``S = sqrt(chi^2_df / df)``; Gauss-Hermite quadrature over W, Gauss-Legendre over the log of the
+    chi-square's distribution function (so the small values of S, where the tail lives, are resolved)."""
+    from scipy import special
+
+    w_nodes, w_weights = _hermite()
+    scale, weights = _chi_nodes(min(int(df), 1000))
+    a, b = math.sqrt(rho), math.sqrt(1.0 - rho)
+    inner = special.ndtr((c * scale[:, None] - a * w_nodes[None, :]) / b)  # [U, W]
+    tail = -np.expm1(m * np.log(np.clip(inner, 1e-300, 1.0)))
+    return float(weights @ tail @ w_weights)
+
+
+@functools.lru_cache(maxsize=1)
+def _hermite() -> tuple[np.ndarray, np.ndarray]:
+    nodes, weights = np.polynomial.hermite_e.hermegauss(96)
+    return nodes, weights / math.sqrt(2.0 * math.pi)
+
+
+@functools.lru_cache(maxsize=256)
+def _chi_nodes(df: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``S`` and weights for ``E[f(S)]``, ``S = sqrt(chi^2_df / df)``: ``p = e^t`` the
+    distribution function, Gauss-Legendre in ``t`` over ``[-60, 0]`` (the rest has mass e^-60)."""
+    from scipy import stats
+
+    nodes, weights = np.polynomial.legendre.leggauss(240)
+    t = 30.0 * (nodes - 1.0)  # [-60, 0]
+    p = np.exp(t)
+    scale = np.sqrt(stats.chi2.ppf(p, df) / df)
+    return scale, 30.0 * weights * p
+
+
+@functools.lru_cache(maxsize=1024)
+def max_t_critical(m: int, df: int, level: float) -> float:
+    """The one-sided critical value ``c`` with ``P(max of m T_i > c) = level`` for ``m`` t statistics
+    with ``df`` degrees of freedom, one shared SD and pairwise correlation 1/2: the contenders'
+    paired t statistics at one look, each the difference of a contender's and ERM's means over the
+    same seeds, divided by the pooled SD (Dunnett's many-to-one comparison, one-sided).
+
+    Example (Dunnett's one-sided tables give 2.16 for 4 comparisons, infinite df, 5 %; 1 comparison
+    is the t quantile):
+        >>> round(max_t_critical(4, 10_000, 0.05), 2), round(max_t_critical(1, 8, 0.05), 3)
+        (2.16, 1.86)
+    """
+    from scipy import optimize, stats
+
+    if m == 1:
+        return float(stats.t.isf(level, df))
+    low = float(stats.t.isf(level, df))  # one comparison: a lower bound
+    high = float(stats.t.isf(level / m, df))  # Bonferroni: an upper bound
+    if not (_max_t_tail(high, m, df) < level < _max_t_tail(low, m, df)):
+        return high  # the quadrature cannot resolve so small a level: Bonferroni's (conservative)
+    return float(optimize.brentq(lambda c: _max_t_tail(c, m, df) - level, low, high, xtol=1e-9))
+
+
+def max_t_level(m: int, df: int, level: float) -> float:
+    """The per-contender nominal level that spends ``level`` over ``m`` contenders through their
+    largest t (:func:`max_t_critical`): ``P(T_df > c)``; between ``level / m`` (Bonferroni) and
+    ``level``.
+
+    Example:
+        >>> round(max_t_level(4, 30, 0.0125) / (0.0125 / 4), 2)  # about a quarter more than Bonferroni
+        1.2
+    """
+    from scipy import stats
+
+    return float(stats.t.sf(max_t_critical(int(m), int(df), float(level)), int(df)))
+
+
+# ---------------------------------------------------------------------------------------------
 # The design and the plan
 # ---------------------------------------------------------------------------------------------
 
@@ -329,6 +451,16 @@ class Design:
             (None: never).
         reference_alone: when no candidate is confirmed, still train ERM on the confirmation seeds
             to report its test figures (decides nothing).
+        variance: ``own``: each contender's t-test uses the SD of its own differences; ``pooled``:
+            the larger of that and the spread pooled over ERM and every contender's runs
+            (:func:`pooled_spread`), with the pooled degrees of freedom when the pooled SD is used.
+        multiplicity: ``bonferroni``: each contender gets ``alpha / contenders``; ``max_t`` (needs
+            ``variance="pooled"``): the look's level is shared by the contenders through the
+            distribution of the largest of their t statistics (:func:`max_t_level`).
+        selection_guard: ``overall``: a candidate whose validation overall accuracy is below ERM's by
+            more than ERM's seed SE is not ranked in the selection (:func:`mr2.tune.selection.choose`'s
+            eligibility); ``none``: every candidate with a score is ranked, and overall accuracy is
+            judged by the confirmation alone (on fresh test seeds).
     """
 
     alpha: float = 0.05
@@ -341,6 +473,9 @@ class Design:
     boundaries: Boundaries = "union"
     futility: float | None = None
     reference_alone: bool = False
+    variance: Variance = "own"
+    multiplicity: Multiplicity = "bonferroni"
+    selection_guard: Literal["overall", "none"] = "overall"
 
     def __post_init__(self) -> None:
         problems = []
@@ -363,6 +498,14 @@ class Design:
             problems.append(f"spending {self.spending!r} not in {SPENDING_RULES}")
         if self.boundaries not in BOUNDARIES:
             problems.append(f"boundaries {self.boundaries!r} not in {BOUNDARIES}")
+        if self.selection_guard not in ("overall", "none"):
+            problems.append(f"selection_guard {self.selection_guard!r} not in ('overall', 'none')")
+        if self.variance not in VARIANCES:
+            problems.append(f"variance {self.variance!r} not in {VARIANCES}")
+        if self.multiplicity not in MULTIPLICITIES:
+            problems.append(f"multiplicity {self.multiplicity!r} not in {MULTIPLICITIES}")
+        elif self.multiplicity == "max_t" and self.variance != "pooled":
+            problems.append("multiplicity 'max_t' needs variance 'pooled' (one SD for the t statistics)")
         if problems:
             raise ValueError(BAD_DESIGN.format(detail="; ".join(problems)))
 
@@ -378,6 +521,9 @@ class Design:
             "boundaries": self.boundaries,
             "futility": self.futility,
             "reference_alone": self.reference_alone,
+            "variance": self.variance,
+            "multiplicity": self.multiplicity,
+            "selection_guard": self.selection_guard,
         }
 
 
@@ -493,6 +639,18 @@ def _decide_again(choice: Choice) -> None:
     decide(choice, choice.score(choice.reference))
 
 
+def _unstable_reason(verdict: Verdict) -> str:
+    """Why a significant contender is not adopted: a run that collapsed or a seed lost badly."""
+    parts = []
+    if verdict.collapsed_seeds:
+        parts.append("a run tripped the feature-collapse guard (seed(s) "
+                     + ", ".join(str(s) for s in verdict.collapsed_seeds) + ")")
+    if verdict.lost_seeds:
+        parts.append(f"lost more than {verdict.loss_limit:g} ERM seed SDs of the test hard tier on seed(s) "
+                     + ", ".join(str(s) for s in verdict.lost_seeds))
+    return "significant on the hard tier but unstable: " + "; ".join(parts)
+
+
 def _cumulative(looks: tuple[int, ...] | None, pool: int) -> list[int]:
     """Cumulative seed counts per stage, clipped to the pool and without repeats."""
     counts = [pool] if looks is None else [min(n, pool) for n in looks]
@@ -564,6 +722,7 @@ class Plan:
         self._looks_done: list[Look] = []
         self._verdicts: dict[str, Verdict] = {}
         self._adopted: str | None = None
+        self._collapsed: dict[str, list[int]] = {}  # label -> seeds of its runs that collapsed
         self._reason = ""
         self._trainings = 0
 
@@ -622,6 +781,8 @@ class Plan:
         request = self._take(SELECTION, label, seed)
         if request is not None:
             self._validation[request.label][request.seed] = figures
+            if figures.collapsed:
+                self._collapsed.setdefault(request.label, []).append(request.seed)
 
     def record_test(self, label: str, seed: int, figures: SeedFigures) -> None:
         """A confirmation trial's test figures (:func:`mr2.tune.verdict.seed_figures` on
@@ -760,10 +921,13 @@ class Plan:
         overall-accuracy guard (its own seed standard error is not needed to rank it)."""
         order = {label: i for i, label in enumerate(self.labels)}
         erm = choice.score(self.reference)
+        guard = self.design.selection_guard == "overall"
         eligible = [s for s in choice.scores
                     if s.label != self.reference and not math.isnan(s.mean)
-                    and (s.eligible or (interim and len(s.runs) == 1
-                                        and s.overall_mean >= erm.overall_mean - erm.overall_se))]
+                    and (s.eligible or (not guard and len(s.runs) >= (1 if interim else 2)
+                                        and not s.missing_seeds)
+                         or (interim and len(s.runs) == 1
+                             and s.overall_mean >= erm.overall_mean - erm.overall_se))]
         eligible.sort(key=lambda s: (-s.mean, order[s.label]))
         return [s.label for s in eligible]
 
@@ -823,7 +987,10 @@ class Plan:
             self._finish(self._no_contender_reason(ranked))
             return
         fractions = [n / self._looks[-1] for n in self._looks]
-        self._levels = nominal_levels(fractions, self.design.alpha / len(self._contenders),
+        # Bonferroni: each contender spends alpha / m over the looks; max_t: the m contenders share
+        # each look's increment of alpha through their largest t (max_t_level, at the look's df).
+        share = 1 if self.design.multiplicity == "max_t" else len(self._contenders)
+        self._levels = nominal_levels(fractions, self.design.alpha / share,
                                       self.design.spending, self.design.boundaries)
 
     def _no_contender_reason(self, ranked: list[str]) -> str:
@@ -844,16 +1011,29 @@ class Plan:
             self._finish(self._no_contender_reason(ranked))
             return
         last = self._stage == len(self._looks) - 1
+        spread = self._pooled_spread() if self.design.variance == "pooled" else None
         level = self._levels[self._stage]
+        if self.design.multiplicity == "max_t":
+            # Dunnett-type: the contenders' t statistics share the pooled SD and ERM's runs; a contender
+            # using its own (larger) SD and fewer df rejects only where the pooled max-t would.
+            level = max_t_level(len(self._contenders), spread[1], level) if spread and spread[1] > 0 \
+                else level / len(self._contenders)
         adoptable: list[tuple[float, str]] = []
         for label in list(self._active):
             verdict = judge_figures(reference, self._test[label], hard_classes=self.hard_classes,
-                                    reference_label=self.reference, chosen_label=label, alpha=level)
+                                    reference_label=self.reference, chosen_label=label, alpha=level,
+                                    spread=spread)
             self._verdicts[label] = verdict
             crossed = verdict.p_greater < level
+            unstable = self._collapsed.get(label)
+            if verdict.outcome == CONFIRMED and unstable:
+                verdict.outcome = UNSTABLE
+                verdict.collapsed_seeds = sorted(set(verdict.collapsed_seeds) | set(unstable))
             if verdict.outcome == CONFIRMED:
                 decision = ADOPT
                 adoptable.append((verdict.mean_difference, label))
+            elif verdict.outcome == UNSTABLE:
+                decision = UNSTABLE_DECISION
             elif crossed:
                 decision = OVERALL_COST
             elif last:
@@ -865,11 +1045,13 @@ class Plan:
             self._looks_done.append(Look(label, self._stage, verdict.seeds, verdict.mean_difference,
                                          verdict.t_statistic, verdict.p_greater, level,
                                          verdict.overall_cost, decision))
-            if decision in (OVERALL_COST, FUTILITY):
+            if decision in (OVERALL_COST, FUTILITY, UNSTABLE_DECISION):
                 self._active.remove(label)
                 self._ruled_out[label] = (
                     "significant on the hard tier but overall accuracy worse beyond noise"
-                    if decision == OVERALL_COST else f"futility at look {self._stage + 1}")
+                    if decision == OVERALL_COST else
+                    _unstable_reason(verdict) if decision == UNSTABLE_DECISION
+                    else f"futility at look {self._stage + 1}")
         if adoptable:
             order = {label: i for i, label in enumerate(self.labels)}
             self._adopted = max(adoptable, key=lambda item: (item[0], -order[item[1]]))[1]
@@ -880,8 +1062,25 @@ class Plan:
             return
         self._stage += 1
 
+    def _pooled_spread(self) -> tuple[float, int]:
+        """:func:`pooled_spread` over the confirmation's looks so far: per look, ERM and every
+        contender that has all of that look's seeds (its hard-tier figures)."""
+        blocks = []
+        previous = 0
+        for n in self._looks[:self._stage + 1]:
+            seeds = self.confirmation_seeds[previous:n]
+            previous = n
+            rows = [[self._test[label][s].hard_tier for s in seeds]
+                    for label in [self.reference, *self._contenders]
+                    if all(s in self._test[label] for s in seeds)]
+            if len(rows) >= 2:
+                blocks.append(np.array(rows))
+        return pooled_spread(blocks)
+
     def _final_reason(self) -> str:
         decisions = {look.contender: look.decision for look in self._looks_done}
+        if any(d == UNSTABLE_DECISION for d in decisions.values()):
+            return UNSTABLE_REASON
         if any(d == OVERALL_COST for d in decisions.values()):
             return OVERALL_COST
         best = self._contenders[0] if self._contenders else None

@@ -211,6 +211,8 @@ class ValidationFigures:
             :func:`split_halves` (None: built from per-class accuracies only).
         half_count: ``(A, B)``: per-class numbers of samples in each half (None as above).
         labels_digest: SHA-256 of the validation ``y_true`` (int64): runs of one tune must agree.
+        collapsed: the run tripped the feature-collapse guard (:mod:`mr2.losses.collapse`); a
+            candidate with such a run is not adopted (:mod:`mr2.tune.design`).
     """
 
     run: str
@@ -220,6 +222,7 @@ class ValidationFigures:
     half_correct: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     half_count: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     labels_digest: str | None = None
+    collapsed: bool = False
 
     @classmethod
     def from_predictions(

@@ -18,8 +18,13 @@ accuracy is ``se = std(overall_ERM, ddof=1) / sqrt(n)``. The outcome, first matc
 2. ``contradicted``: ``p_less < alpha`` (significantly worse than ERM): recommend ERM;
 3. ``confirmed``: ``p_greater < alpha`` and ``mean(o) >= -se`` (costs no more than ERM's seed
    standard error overall): the one outcome under which ``mr2 tune`` advises adopting it;
-4. ``gain with a cost``: ``p_greater < alpha`` but ``mean(o) < -se``: a trade-off, not adopted;
-5. ``inconclusive``: neither test significant, whatever the sign of ``d``: a useless configuration
+4. ``unstable``: ``p_greater < alpha``, but one of its runs tripped the feature-collapse guard
+   (:attr:`SeedFigures.collapsed`) or lost more than :data:`LOSS_LIMIT` ERM seed SDs of the test
+   hard tier on one seed (``h_s < -LOSS_LIMIT * sd(ERM's hard tier over the seeds)``): a configuration
+   that fails on some seeds can pass a t-test on the seeds where it did not fail, so it is named and
+   not adopted;
+5. ``gain with a cost``: ``p_greater < alpha`` but ``mean(o) < -se``: a trade-off, not adopted;
+6. ``inconclusive``: neither test significant, whatever the sign of ``d``: a useless configuration
    has ``d > 0`` half the time, so the sign alone is no evidence; not adopted.
 
 Seeds that would settle it (:func:`seeds_needed`): the smallest ``n >= 2`` at which a one-sided
@@ -30,6 +35,13 @@ differences were the observed ``d`` and ``sd``::
 
 with ``T'`` noncentral t (``scipy.stats.nct``) and ``t_{1-alpha, n-1}`` the central t quantile. It is
 a plug-in estimate: the observed effect and spread are themselves noisy on a few seeds.
+
+A spread shared with other contenders (``spread=(sd, df)``, :mod:`mr2.tune.design`'s pooled
+variance): the test uses ``max(sd_own, floor, sd_pooled)``; when the pooled SD is the largest, the
+t statistic has the pooled degrees of freedom, otherwise its own ``n - 1``. Under a common variance of
+the differences the pooled test is exact and the rule is conservative against it (it only ever
+takes a larger SD, and then with fewer degrees of freedom); a contender whose own spread is larger
+keeps its own test.
 
 The spread's floor: test accuracies move in steps (class k's in steps of ``1 / n_k``), so on a few
 seeds the differences can all be the same step by chance, and a t-test would read their zero spread
@@ -64,6 +76,7 @@ from mr2.tune.selection import prediction_problem
 
 __all__ = [
     "ALPHA",
+    "LOSS_LIMIT",
     "MAX_SEEDS",
     "OUTCOMES",
     "POWER",
@@ -78,12 +91,16 @@ __all__ = [
 ]
 
 CONFIRMED = "confirmed"
+UNSTABLE = "unstable"
 GAIN_WITH_COST = "gain with a cost"
 INCONCLUSIVE = "inconclusive"
 CONTRADICTED = "contradicted"
 NOTHING_TO_CONFIRM = "nothing to confirm"
 #: Every outcome, best first.
-OUTCOMES = (CONFIRMED, GAIN_WITH_COST, INCONCLUSIVE, CONTRADICTED, NOTHING_TO_CONFIRM)
+OUTCOMES = (CONFIRMED, UNSTABLE, GAIN_WITH_COST, INCONCLUSIVE, CONTRADICTED, NOTHING_TO_CONFIRM)
+#: A seed on which the candidate's test hard tier is below ERM's by more than this many of ERM's seed
+#: SDs (of its test hard tier over the confirmation seeds) makes a significant gain ``unstable``.
+LOSS_LIMIT = 5.0
 #: The test's level and the power the seeds-needed calculation aims at.
 ALPHA = 0.05
 POWER = 0.8
@@ -126,11 +143,13 @@ class SeedFigures:
             ``1 / (12 n_k**2)``, so ``sqrt(sum_k 1 / (12 n_k**2)) / H`` over the H hard classes with a
             test sample (0: unknown, e.g. figures given as numbers); :func:`judge_figures` floors the
             spread of the differences with it.
+        collapsed: the run tripped the feature-collapse guard (:mod:`mr2.losses.collapse`).
     """
 
     hard_tier: float
     overall: float
     rounding_sd: float = 0.0
+    collapsed: bool = False
 
 
 def seed_figures(
@@ -232,8 +251,14 @@ class Verdict:
         overall_differences: ``chosen - reference`` per seed (overall).
         mean_difference, sd_difference: mean and SD (ddof 1) of ``hard_differences``.
         sd_floor: the least SD the test uses, ``sqrt(2) * rounding_sd`` (0: not known).
+        pooled_sd, pooled_df: the spread shared with other contenders that was offered (NaN, 0: none).
+        sd_used, df: the SD and the degrees of freedom of the t statistic.
         t_statistic, p_greater, p_less: the one-sided paired t-test (its SD: ``max(sd_difference,
-            sd_floor)``).
+            sd_floor, pooled_sd)``).
+        reference_sd: ERM's seed SD of the test hard tier over the seeds.
+        collapsed_seeds: seeds whose run (either) tripped the feature-collapse guard.
+        lost_seeds: seeds on which the difference is below ``-loss_limit * reference_sd``.
+        loss_limit: the limit applied (:data:`LOSS_LIMIT`).
         overall_change: mean of ``overall_differences``.
         reference_overall_se: ERM's seed standard error of test overall accuracy.
         overall_cost: the overall change is below ``-reference_overall_se``.
@@ -257,6 +282,10 @@ class Verdict:
     mean_difference: float = math.nan
     sd_difference: float = math.nan
     sd_floor: float = 0.0
+    pooled_sd: float = math.nan
+    pooled_df: int = 0
+    sd_used: float = math.nan
+    df: int = 0
     t_statistic: float = math.nan
     p_greater: float = math.nan
     p_less: float = math.nan
@@ -267,6 +296,10 @@ class Verdict:
     seeds_needed: int | None = None
     alpha: float = ALPHA
     power: float = POWER
+    reference_sd: float = math.nan
+    collapsed_seeds: list[int] = field(default_factory=list)
+    lost_seeds: list[int] = field(default_factory=list)
+    loss_limit: float = LOSS_LIMIT
 
     def to_dict(self) -> dict[str, Any]:
         def clean(value: float) -> float | str | None:
@@ -288,6 +321,10 @@ class Verdict:
                 "mean_difference": clean(self.mean_difference),
                 "sd_difference": clean(self.sd_difference),
                 "sd_floor": self.sd_floor,
+                "pooled_sd": clean(self.pooled_sd),
+                "pooled_df": self.pooled_df,
+                "sd_used": clean(self.sd_used),
+                "df": self.df,
                 "t_statistic": clean(self.t_statistic),
                 "p_greater": clean(self.p_greater),
                 "p_less": clean(self.p_less),
@@ -304,6 +341,10 @@ class Verdict:
             "power": self.power,
             "power_now": clean(self.power_now),
             "seeds_needed": self.seeds_needed,
+            "reference_sd": clean(self.reference_sd),
+            "collapsed_seeds": self.collapsed_seeds,
+            "lost_seeds": self.lost_seeds,
+            "loss_limit": self.loss_limit,
             "test": "one-sided paired t-test over the confirmation seeds",
         }
 
@@ -317,6 +358,8 @@ def judge_figures(
     chosen_label: str | None = None,
     alpha: float = ALPHA,
     power: float = POWER,
+    spread: tuple[float, int] | None = None,
+    loss_limit: float = LOSS_LIMIT,
 ) -> Verdict:
     """The verdict from per-seed test figures (seed -> :class:`SeedFigures`), paired by seed.
 
@@ -327,6 +370,9 @@ def judge_figures(
         reference_label, chosen_label: the labels to print.
         alpha: the one-sided test's level.
         power: the power the seeds-needed calculation aims at.
+        spread: ``(sd, df)`` of the differences pooled with other contenders (module docstring), or
+            None: the differences' own SD.
+        loss_limit: a seed lost by more than this many ERM seed SDs makes a gain ``unstable``.
 
     Raises:
         VerdictError: fewer than 2 paired seeds (fewer than 2 ERM seeds when ERM was chosen).
@@ -362,32 +408,49 @@ def judge_figures(
     mean, sd = _mean_sd(hard)
     rounding = max(f.rounding_sd for figures in (reference, chosen) for f in (figures[s] for s in seeds))
     floor = math.sqrt(2.0) * rounding
-    if floor > 0 and sd < floor:
-        # A spread below what the rounding of two figures alone gives is not evidence of certainty:
-        # accuracies move in steps of 1 / n_k, so a few seeds can differ by the same step by chance
-        # (the t of a zero spread is infinite).
-        t = mean / (floor / math.sqrt(n))
-    else:
+    # The SD of the test: the measured one, floored by what rounding alone gives (accuracies move in
+    # steps of 1 / n_k, so a few seeds can differ by the same step by chance: a zero spread is not
+    # certainty), or the spread pooled with other contenders when that is larger (module docstring).
+    own = max(sd, floor)
+    used, df = own, n - 1
+    if spread is not None and spread[1] > 0 and spread[0] > own:
+        used, df = float(spread[0]), int(spread[1])
+        verdict.pooled_sd, verdict.pooled_df = float(spread[0]), int(spread[1])
+    elif spread is not None:
+        verdict.pooled_sd, verdict.pooled_df = float(spread[0]), int(spread[1])
+    if used == sd and df == n - 1 and not (floor > 0 and sd < floor):
         t = paired_t_test(new_hard, ref_hard).statistic  # the report's paired test: one t for both
-    if max(sd, floor) <= _ROUNDING and abs(mean) <= _ROUNDING:
+    elif used > _ROUNDING:
+        t = mean / (used / math.sqrt(n))
+    else:
+        t = math.copysign(math.inf, mean) if abs(mean) > _ROUNDING else 0.0
+    if used <= _ROUNDING and abs(mean) <= _ROUNDING:
         p_greater, p_less = 1.0, 1.0
     else:
-        p_greater, p_less = float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1))
-    verdict.sd_floor = floor
+        p_greater, p_less = float(stats.t.sf(t, df)), float(stats.t.cdf(t, df))
+    verdict.sd_floor, verdict.sd_used, verdict.df = floor, used, df
     verdict.chosen_hard, verdict.chosen_overall = new_hard.tolist(), new_overall.tolist()
     verdict.hard_differences, verdict.overall_differences = hard.tolist(), overall.tolist()
     verdict.mean_difference, verdict.sd_difference, verdict.t_statistic = mean, sd, t
     verdict.p_greater, verdict.p_less = p_greater, p_less
     verdict.overall_change = float(overall.mean())
     verdict.overall_cost = verdict.overall_change < -verdict.reference_overall_se
+    verdict.reference_sd = max(float(ref_hard.std(ddof=1)), floor / math.sqrt(2.0))
+    verdict.loss_limit = loss_limit
+    verdict.collapsed_seeds = [int(s) for s in seeds if reference[s].collapsed or chosen[s].collapsed]
+    verdict.lost_seeds = [int(s) for s, h in zip(seeds, hard, strict=True)
+                          if h < -loss_limit * verdict.reference_sd]
     if mean > 0:
-        spread = max(sd, floor)
-        verdict.power_now = 1.0 if spread <= _ROUNDING else one_sided_power(n, mean / spread, alpha)
-        verdict.seeds_needed = seeds_needed(mean, spread, alpha=alpha, power=power)
+        spread_now = used
+        verdict.power_now = 1.0 if spread_now <= _ROUNDING else one_sided_power(n, mean / spread_now, alpha)
+        verdict.seeds_needed = seeds_needed(mean, spread_now, alpha=alpha, power=power)
     if p_less < alpha:
         verdict.outcome = CONTRADICTED
     elif p_greater < alpha:
-        verdict.outcome = GAIN_WITH_COST if verdict.overall_cost else CONFIRMED
+        if verdict.collapsed_seeds or verdict.lost_seeds:
+            verdict.outcome = UNSTABLE
+        else:
+            verdict.outcome = GAIN_WITH_COST if verdict.overall_cost else CONFIRMED
     else:
         verdict.outcome = INCONCLUSIVE
     return verdict
