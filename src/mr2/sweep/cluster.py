@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mr2.io import atomic_write_json
+from mr2.io import atomic_write_json, open_text_no_follow
 from mr2.sweep.deathsignal import ORPHANED
 from mr2.sweep.launcher import NEEDS_SUBMITIT, LauncherOptions
 from mr2.sweep.plan import RunPoint
@@ -89,7 +89,7 @@ class TrainJob:
             import torch
 
             torch.set_num_threads(self.threads)
-        with open(self.log_file, "a") as log:
+        with open_text_no_follow(self.log_file, append=True) as log:  # never through a link
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or "?"
             log.write(f"=== mr2 sweep (submitit job {job}), {stamp}: mr2 train --config {self.config_file}\n")

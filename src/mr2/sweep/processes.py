@@ -47,7 +47,7 @@ import yaml
 
 import mr2
 from mr2.config import config_to_dict
-from mr2.io import atomic_write_text
+from mr2.io import atomic_write_text, open_no_follow, open_text_no_follow
 from mr2.sweep.deathsignal import ORPHANED, SWEEP_PID_VARIABLE, die_with_parent, process_alive
 from mr2.sweep.plan import RunPoint
 
@@ -184,7 +184,7 @@ def _train_in_child(config_file: str, log_file: str, threads: int, visible_devic
     _arm_death_signal(sweep_pid, os.getppid())
     if visible_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices  # before CUDA is initialised
-    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_no_follow(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # never through a link
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -376,13 +376,13 @@ class TrainerPool:
             env = dict(self.env)
             if devices is not None:
                 env["CUDA_VISIBLE_DEVICES"] = devices
-            with open(log_path, "ab") as log:
-                log.write(f"=== mr2 sweep, {stamp}: {' '.join(command)}{on}\n".encode())
+            with open_text_no_follow(log_path, append=True) as log:  # never through a link
+                log.write(f"=== mr2 sweep, {stamp}: {' '.join(command)}{on}\n")
                 log.flush()
                 return TrainerProcess(start_subprocess(
                     command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
                 ))
-        with open(log_path, "a") as log:
+        with open_text_no_follow(log_path, append=True) as log:
             log.write(f"=== mr2 sweep, {stamp}: mr2 train --config {config_path(point)} "
                       f"({self.threads} thread{'s' if self.threads > 1 else ''}{on})\n")
         process = self.context.Process(

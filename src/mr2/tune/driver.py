@@ -233,7 +233,9 @@ class _Run:
         if not result.ok:
             self.failed[label] = {"phase": trial.phase, "seed": trial.seed, "reason": result.failure,
                                   "log": None if result.log is None else str(result.log)}
-            where = f" (log: {result.log})" if result.log is not None else ""
+            # A command's failures name their log already ("... (log: PATH)"): say it once.
+            named = result.log is None or f"(log: {result.log})" in result.failure
+            where = "" if named else f" (log: {result.log})"
             if label != REFERENCE_LABEL:  # ERM failing ends the tune: the plan says so, once
                 self.say(f"{label} is not eligible: failed ({result.failure}){where}")
             self.plan.record_failure(trial.phase, label, trial.seed, f"{result.failure}{where}")
@@ -364,26 +366,25 @@ def run_tune(request: TuneRequest, source: TrialSource, *, stream: TextIO | None
             between trials); the finished trials are kept and reused by the next call.
     """
     out = stream if stream is not None else sys.stdout
-    lock = _lock(request, source)
+    lock = _lock(request)
     try:
         return _run_tune(request, source, out)
     finally:
-        if lock is not None:
-            lock.release()
+        lock.release()
 
 
-def _lock(request: TuneRequest, source: TrialSource) -> RunLock | None:
-    """One owner for a tune directory whose trials the source stores itself (your function or
-    command): a second tune into it is refused, naming the first one's process; the engine's runs
-    have a lock each (mr2's run directories), so two engine tunes share the work instead.
+def _lock(request: TuneRequest) -> RunLock:
+    """One owner for a tune directory, whatever the way in (``--config``, ``--command``, your
+    function): a second tune into it is refused, naming the first one's process (two tunes would
+    both write ``recommendation.json``, the last one winning). The engine's runs have a lock each
+    besides (mr2's run directories).
 
     Raises:
         TuneInputError: another process holds the directory.
+        mr2.io.WriteError: the directory or its lock file cannot be written (read-only, not a
+            directory, a ``.lock`` that is a symbolic link); one line.
     """
-    if source.kind == "engine":
-        return None
-    request.directory.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(request.directory)
+    lock = RunLock(request.directory)  # creates the directory; never writes through a .lock link
     try:
         return lock.acquire()
     except RunLockedError:
