@@ -73,6 +73,7 @@ def fit_epochs(
     for epoch in range(start_epoch, total_epochs):
         trainer.method.on_epoch_start(epoch)
         loader = trainer.train_loader(epoch)
+        trainer.seed_model_noise(epoch)  # dropout: ERM's draws of this epoch, whatever came before
         first_step = global_step
 
         def progress(step: int, values: dict[str, float], first_step: int = first_step) -> None:

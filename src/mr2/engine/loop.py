@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from mr2 import distributed
+from mr2.engine.streams import RandomStream
 from mr2.methods.base import TrainingMethod
 from mr2.optim.sam import SAM
 from mr2.report.accuracy import confusion_accuracy
@@ -37,6 +38,9 @@ class StepSetup:
             averaged over it; the model's are averaged by DistributedDataParallel).
         sam: a :class:`~mr2.optim.SAM` around the optimiser (``optim.sam``), or None: each step then
             takes the gradients at the sharpness-aware point (two forward/backward passes).
+        method_stream: the method's own random stream (:class:`~mr2.engine.streams.RandomStream`):
+            the method's ``on_batch`` and ``forward`` draw from it, not from the model's dropout
+            stream (the engine passes it for a method with ``draws_in_step``); None: the global one.
     """
 
     device: torch.device
@@ -46,6 +50,7 @@ class StepSetup:
     log_every: int = 50
     process_group: Any = None
     sam: SAM | None = None
+    method_stream: RandomStream | None = None
 
 
 @dataclass
@@ -66,6 +71,13 @@ def _autocast(setup: StepSetup) -> contextlib.AbstractContextManager[Any]:
     return torch.autocast(device_type=setup.device.type, dtype=setup.amp_dtype)
 
 
+def _method_rng(setup: StepSetup) -> contextlib.AbstractContextManager[Any]:
+    """The method's random stream while it runs (the global one when it has none)."""
+    if setup.method_stream is None:
+        return contextlib.nullcontext()
+    return setup.method_stream.active(setup.device)
+
+
 def _backward(loss: torch.Tensor, setup: StepSetup) -> None:
     if setup.scaler is not None:
         setup.scaler.scale(loss).backward()
@@ -78,10 +90,12 @@ def _sam_second_pass(
     index: torch.Tensor, setup: StepSetup,
 ) -> None:
     """SAM's second forward/backward on the same batch (at the perturbed weights)."""
-    method.on_batch(inputs, target, index)
+    with _method_rng(setup):
+        method.on_batch(inputs, target, index)
     with _autocast(setup):
         logits, features = model(inputs)
-        loss = method(logits, features, target)
+        with _method_rng(setup):
+            loss = method(logits, features, target)
     _backward(loss, setup)
 
 
@@ -134,11 +148,13 @@ def train_one_epoch(
         target = target.to(device, non_blocking=True)
         index = index.to(device, non_blocking=True)
         method_state = setup.sam.snapshot(method) if setup.sam is not None else None
-        method.on_batch(inputs, target, index)
+        with _method_rng(setup):
+            method.on_batch(inputs, target, index)
         with SAM.first_pass(setup.sam, model):  # under DDP with SAM: no_sync
             with _autocast(setup):
                 logits, features = model(inputs)
-                loss = method(logits, features, target)
+                with _method_rng(setup):
+                    loss = method(logits, features, target)
             optimizer.zero_grad(set_to_none=True)
             _backward(loss, setup)
         step_values = method.log_values()

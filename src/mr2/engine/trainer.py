@@ -16,12 +16,13 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from mr2 import distributed
 from mr2.config import RunConfig, config_to_dict
-from mr2.engine.builders import RunData, build_model_for
+from mr2.engine.builders import FeatureDataset, RunData, build_model_for
 from mr2.engine.checkpoint import rng_state, set_rng_state
 from mr2.engine.loop import EvalResult, StepSetup, evaluate
 from mr2.engine.optimization import build_optimizer, build_scheduler
 from mr2.engine.runtime import RunError, Runtime
 from mr2.engine.samplers import ShardedEpochSampler, shard_for_eval
+from mr2.engine.streams import PositionedSampler, RandomStream, SeededItems, derive_seed, seed_model_noise
 from mr2.methods.base import MethodContext, TrainingMethod
 from mr2.methods.registry import build_method
 from mr2.optim.sam import SAM
@@ -46,33 +47,46 @@ class Trainer:
         self.device = runtime.device
         self.data = data
         self.reset_epoch: int | None = None
-        self.model: nn.Module = self.build_model()
+        # Common random numbers (mr2.engine.streams): every model of the run starts from this state,
+        # the method draws from its own stream, so a method never shifts ERM's draws.
+        self._initial_rng_state = torch.get_rng_state()
+        self.method_stream = RandomStream(derive_seed(config.seed, "method"))
+        self.model: nn.Module = self.build_model()  # = initial_model(), advancing the global stream
         feature_dim = getattr(self.model, "feature_dim", None)
         if feature_dim is None:
             raise RunError(_FEATURE_DIM_UNKNOWN.format(name=config.model.name))
-        self.method: TrainingMethod = build_method(
-            config.method.name, data.num_classes, **config.method.options
-        )
-        self.method.setup(
-            MethodContext(
-                num_classes=data.num_classes,
-                num_train_samples=len(data.train),  # type: ignore[arg-type]
-                class_counts=data.train_class_counts,
-                feature_dim=int(feature_dim),
-                device=self.device,
-                epochs=config.optim.epochs,
-                model_factory=self.build_model,
-                process_group=runtime.group,
-                predict_train_set=self.predict_train_set,
+        with self.method_stream.active(self.device):
+            self.method: TrainingMethod = build_method(
+                config.method.name, data.num_classes, **config.method.options
             )
-        )
-        self.model = self.method.adapt_model(self.model)
+            self.method.setup(
+                MethodContext(
+                    num_classes=data.num_classes,
+                    num_train_samples=len(data.train),  # type: ignore[arg-type]
+                    class_counts=data.train_class_counts,
+                    feature_dim=int(feature_dim),
+                    device=self.device,
+                    epochs=config.optim.epochs,
+                    model_factory=self.build_model,
+                    process_group=runtime.group,
+                    predict_train_set=self.predict_train_set,
+                )
+            )
+            self.model = self.method.adapt_model(self.model)
         self.method.to(self.device)
         self._build_optimizer()
 
     def build_model(self) -> nn.Module:
-        """A freshly initialised model of the run (weights loaded as configured), on the device."""
+        """A freshly initialised model of the run's architecture (weights loaded as configured), on
+        the device, drawn from torch's current random state (LfF's biased model: the method's stream)."""
         return build_model_for(self.config, self.data).to(self.device)
+
+    def initial_model(self) -> nn.Module:
+        """The run's initial model: the same weights for every method on the same seed, and for every
+        model of the run (JTT's second stage), whatever was drawn before."""
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self._initial_rng_state)
+            return self.build_model()
 
     @property
     def step_setup(self) -> StepSetup:
@@ -81,7 +95,12 @@ class Trainer:
         return StepSetup(
             self.device, self.runtime.amp_dtype, self.scaler, optim.grad_clip,
             self.config.log_every, self.runtime.group, self.sam,
+            self.method_stream if getattr(self.method, "draws_in_step", False) else None,
         )
+
+    def seed_model_noise(self, epoch: int) -> None:
+        """Seed the model's dropout stream for ``epoch`` (:func:`~mr2.engine.streams.seed_model_noise`)."""
+        seed_model_noise(self.config.seed, epoch)
 
     def _build_optimizer(self, first_epoch: int = 0) -> None:
         """Optimiser over the model's and the method's parameters; a schedule spanning the epochs
@@ -105,26 +124,39 @@ class Trainer:
 
     def reset_model(self, first_epoch: int) -> None:
         """Fresh model, optimiser and schedule from ``first_epoch`` on (JTT's second stage)."""
-        self.model = self.method.adapt_model(self.build_model())
+        model = self.initial_model()
+        with self.method_stream.active(self.device):
+            self.model = self.method.adapt_model(model)
         self._build_optimizer(first_epoch)
         self.reset_epoch = first_epoch
 
     # ----------------------------------------------------------------- loaders
     def train_loader(self, epoch: int) -> DataLoader[Any]:
-        """The training loader of ``epoch``: the method's indices (or all), sharded over ranks."""
-        generator = torch.Generator().manual_seed(self.config.seed + epoch)
+        """The training loader of ``epoch``: the method's indices (or all), sharded over ranks.
+
+        Its random numbers are the run's streams (:mod:`mr2.engine.streams`): the order is seeded
+        ``seed + epoch``, the method's resampling has its own generator, and an item's augmentation is
+        drawn from its own seed (a training set that is not a precomputed tensor).
+        """
+        seed = self.config.seed
+        generator = torch.Generator().manual_seed(derive_seed(seed, "method", "epoch_indices", epoch))
         indices = self.method.epoch_indices(epoch, generator)
         if indices is None:
             indices = torch.arange(len(self.data.train))  # type: ignore[arg-type]
-        sampler = ShardedEpochSampler(indices, self.runtime.world, self.runtime.rank, seed=self.config.seed)
+        sampler = ShardedEpochSampler(indices, self.runtime.world, self.runtime.rank, seed=seed)
         sampler.set_epoch(epoch)
+        train = self.data.train
+        if getattr(train, "precomputed", None) is None and not isinstance(train, FeatureDataset):
+            train = SeededItems(train, derive_seed(seed, "augment", epoch))
+            sampler = PositionedSampler(sampler)  # type: ignore[assignment]
         return DataLoader(
-            self.data.train,
+            train,
             batch_size=self.config.data.batch_size,
             sampler=sampler,
             num_workers=self.config.data.num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,
+            generator=torch.Generator().manual_seed(derive_seed(seed, "loader", epoch)),
         )
 
     def eval_loader(self, dataset: Dataset[Any]) -> DataLoader[Any]:
@@ -190,7 +222,7 @@ class Trainer:
             "sam": self.sam.state_dict() if self.sam is not None else {},
             "epoch": epoch,
             "best_val_accuracy": best_val_accuracy,
-            "rng": rng_state(),
+            "rng": {**rng_state(), "method_stream": self.method_stream.state_dict()},
             "config": config_to_dict(self.config),
             "reset_epoch": self.reset_epoch,
         }
@@ -208,6 +240,8 @@ class Trainer:
         if self.sam is not None and payload.get("sam"):
             self.sam.load_state_dict(payload["sam"])
         set_rng_state(payload["rng"])
+        if "method_stream" in payload["rng"]:
+            self.method_stream.load_state_dict(payload["rng"]["method_stream"])
         return int(payload["epoch"]), float(payload["best_val_accuracy"])
 
     def load_model_weights(self, payload: dict[str, Any]) -> None:

@@ -113,6 +113,11 @@ class TrainingMethod(nn.Module):
     #: Options that act through an engine hook plain code does not call: a loss specification must keep
     #: these values.
     engine_options: ClassVar[Mapping[str, Any]] = {}
+    #: Its :meth:`on_batch` or :meth:`forward` draws random numbers (LfF: dropout in its biased model):
+    #: the engine then runs them on the method's own random stream, so they leave the model's dropout
+    #: draws as ERM's on the same seed (:mod:`mr2.engine.streams`). Construction, :meth:`setup` and
+    #: :meth:`adapt_model` always run on that stream.
+    draws_in_step: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()

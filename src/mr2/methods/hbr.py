@@ -59,7 +59,8 @@ class HBR(TwoStageReset, TrainingMethod):
     ranks at the end of every stage-1 epoch (so a checkpoint holds every rank's records),
     ``labels`` (int64 [N], recorded with the AUM), ``class_hardness`` (float64 [K]), ``multiplicity``
     (int64 [N], the resampled set) and ``frozen``. The oversampling draws use a
-    generator seeded with the run's seed (``torch.initial_seed()``), identical on every rank.
+    generator seeded with the method's stream's seed (``torch.initial_seed()`` in :meth:`setup`: the
+    engine's ``derive_seed(seed, "method")``, :mod:`mr2.engine.streams`), identical on every rank.
 
     Args:
         num_classes: K.

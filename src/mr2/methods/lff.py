@@ -90,6 +90,7 @@ class LfF(TrainingMethod):
     """
 
     plain_loss = False  # a second (biased) model
+    draws_in_step = True  # the biased model's dropout: the method's stream, not the model's
 
     biased_model: nn.Module | None
     ema_biased: torch.Tensor

@@ -113,7 +113,7 @@ class SupCon(TrainingMethod):
     def setup(self, context: MethodContext) -> None:
         d = context.feature_dim
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.init_seed)
+            torch.default_generator.manual_seed(self.init_seed)  # CPU only: CUDA's stream untouched
             if self.head_kind == "mlp":
                 head: nn.Module = nn.Sequential(
                     nn.Linear(d, d), nn.ReLU(inplace=True), nn.Linear(d, self.projection_dim)
