@@ -4,6 +4,7 @@ training function as a one-line error naming the trial."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zlib
@@ -160,6 +161,7 @@ def test_test_predictions_of_selection_trials_cannot_change_the_choice_and_a_rer
         np.savez(path, y_true=Y_TEST, y_pred=y_pred)
     calls = []
 
+    @functools.wraps(simulated)  # the same training function, counted: its trials are reused
     def counting(candidate, seed):
         calls.append((candidate.label, seed))
         return simulated(candidate, seed)
@@ -367,6 +369,7 @@ def test_a_finished_trial_whose_predictions_are_damaged_is_trained_again(tmp_pat
     (trials / "mr2-paper-c1" / "seed=0" / "test.npz").unlink()
     calls = []
 
+    @functools.wraps(simulated)  # the same training function, counted: its trials are reused
     def counting(candidate, seed):
         calls.append((candidate.label, seed))
         return simulated(candidate, seed)

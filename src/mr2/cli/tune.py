@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --command: a trial running longer is stopped and FAILS (its candidate is "
                         "ruled out; default: no limit)")
     parser.add_argument("--dry-run", action="store_true", help="print the rule and the runs; train nothing")
+    parser.add_argument("--retrain", action="store_true",
+                        help="with --command: train again the stored trials of another command or changed "
+                        "script (a rerun with either is refused without it, never mixed)")
     parser.add_argument("--time-one-trial", action="store_true",
                         help="with --command --dry-run: run ERM's first trial once, in a temporary "
                         "directory, and print the expected and the most time the tune would take from its "
@@ -134,6 +137,8 @@ def _config(args: argparse.Namespace) -> tuple[Any, Any] | None:
             raise TuneInputError(_COMMAND_ONLY.format(flag=flag))
     if args.time_one_trial:
         raise TuneInputError(_TIME_COMMAND_ONLY)
+    if args.retrain:
+        raise TuneInputError(_RETRAIN_COMMAND_ONLY)
     config = load_config(args.config, args.overrides)
     request = make_request(
         output_dir=args.output_dir or config.output_dir, name=args.name or f"tune-{Path(args.config).stem}",
@@ -184,7 +189,7 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | int | None:
         name=args.name or "tune", class_names=names)
     def make_source(request: Any) -> Any:
         return command_source(args.command, request, workers=workers, launcher=_launcher(args),
-                              timeout=args.trial_timeout)
+                              timeout=args.trial_timeout, retrain=args.retrain)
 
     source = make_source(request)
     warning = interpreter_warning(args.command)
@@ -216,4 +221,8 @@ _TIME_NEEDS_DRY_RUN = (
     "--time-one-trial applies to --dry-run (a tune prints its time estimate after ERM's first trial)"
 )
 _TIME_COMMAND_ONLY = "--time-one-trial applies to --command (a --config dry run measures its steps itself)"
+_RETRAIN_COMMAND_ONLY = (
+    "--retrain applies to --command (with --config, a run finished with another configuration is never "
+    "reused: delete its directory, or give the tune another --name)"
+)
 _NEEDS_NUM_CLASSES = "--command needs --num-classes K (the number of classes your script predicts)"

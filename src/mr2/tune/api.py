@@ -16,7 +16,7 @@ from mr2.tune.design import DEFAULT_DESIGN, Design
 from mr2.tune.driver import TuneResult, describe, run_tune
 from mr2.tune.errors import TuneInputError
 from mr2.tune.request import make_request
-from mr2.tune.source import FunctionSource
+from mr2.tune.source import FunctionSource, function_identity
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore
 
 __all__ = ["NOT_CALLABLE", "NO_SUBMIT", "describe_tune", "tune"]
@@ -47,6 +47,8 @@ def tune(
     workers: int | None = None,
     design: Design = DEFAULT_DESIGN,
     stream: TextIO | None = None,
+    version: str | None = None,
+    retrain: bool = False,
 ) -> TuneResult:
     """Choose among loss candidates on YOUR training code's validation predictions, confirm on fresh
     seeds, and advise: adopt the chosen loss only when the confirmation says so at the design's stated
@@ -83,6 +85,11 @@ def tune(
         design: the procedure (:class:`mr2.tune.design.Design`; the default is the stated rule of
             docs/tune.md).
         stream: progress and results (default stdout).
+        version: what ``train_fn`` trains, in your words (e.g. a git commit, or ``"lr=0.1, 20 epochs"``);
+            recorded by every trial in place of the default digest of ``train_fn``'s own source. Change
+            it whenever something ``train_fn`` calls changes what a trial trains.
+        retrain: train again the stored trials of another ``train_fn``, version or K instead of
+            refusing them.
 
     Returns:
         :class:`mr2.tune.driver.TuneResult` (``result.adopt``; ``result.recommended.make_loss()`` is the
@@ -94,18 +101,25 @@ def tune(
             differing between trials); finished trials are kept and reused by the next call.
         TuneSelectionError: ERM failed, or no choice could be made.
 
-    Running the same call again reuses every finished trial (resume).
+    Running the same call again reuses every finished trial (resume). Each trial records what trained
+    it: ``train_fn``'s ``module.qualname`` and either ``version`` or a digest of ``train_fn``'s source.
+    A call whose record differs from the stored trials' (another function, an edited one, another
+    version) is refused before any trial runs (a :class:`TrialError` naming the difference): pass
+    another ``name``, or ``retrain=True``. A wrapper made with ``functools.wraps(train_fn)`` keeps
+    ``train_fn``'s record.
     """
     if not callable(train_fn):
         raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
+    function_identity(train_fn, version)  # a bad version: before anything is written
     request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
                            confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
                            name=name, class_names=class_names, design=design)
     assert request.num_classes is not None
-    source = FunctionSource(partial(_train, train_fn), TrialStore(request.directory, request.num_classes),
-                            executor=executor, workers=workers)
+    store = TrialStore(request.directory, request.num_classes, function_identity(train_fn, version),
+                       retrain=bool(retrain))
+    source = FunctionSource(partial(_train, train_fn), store, executor=executor, workers=workers)
     return run_tune(request, source, stream=stream)
 
 
@@ -119,17 +133,23 @@ def describe_tune(
     output_dir: str | Path,
     name: str = "tune",
     design: Design = DEFAULT_DESIGN,
+    train_fn: Callable[[Candidate, int], Any] | None = None,
+    version: str | None = None,
+    retrain: bool = False,
 ) -> str:
     """The dry run of :func:`tune` (``mr2 tune --dry-run`` for the Python way in): the rule, the
     design, the expected and maximum trainings and the first round's trials with their state
     (``finished`` when a previous call stored them). Nothing runs and nothing is written.
 
-    Takes :func:`tune`'s arguments, less ``train_fn``, ``class_names``, ``executor``, ``workers`` and
-    ``stream``.
+    Takes :func:`tune`'s arguments, less ``class_names``, ``executor``, ``workers`` and ``stream``.
+    ``train_fn`` is optional here: given (with ``version`` when :func:`tune` gets one), the stored trials
+    are checked to be its own, as :func:`tune` checks them; without it they are not checked.
 
     Raises:
         TuneInputError: bad arguments, exactly as :func:`tune` would.
+        TrialError: stored trials of another ``train_fn`` or version (with ``train_fn`` given).
     """
+    identity = None if train_fn is None else function_identity(train_fn, version)
     request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
                            confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
                            name=name, design=design)
@@ -138,4 +158,5 @@ def describe_tune(
     def never(trial: Trial) -> Any:  # a dry run trains nothing
         raise AssertionError(f"describe_tune ran a trial: {trial.name}")
 
-    return describe(request, FunctionSource(never, TrialStore(request.directory, request.num_classes)))
+    store = TrialStore(request.directory, request.num_classes, identity, retrain=bool(retrain))
+    return describe(request, FunctionSource(never, store))

@@ -1,11 +1,25 @@
 """``mr2 tune --command``: trials run by a shell command of your own.
 
-The command is a template with the placeholders ``{loss}`` (the candidate's loss specification, JSON,
-shell-quoted: turn it into the loss with :func:`mr2.tune.loss_from_spec`), ``{seed}`` (the trial's
-seed) and ``{out}`` (a per-trial directory, shell-quoted, where the command must write ``val.npz`` and
-``test.npz``: ``y_true`` plus ``y_pred`` or ``logits``, the format of ``mr2 report --predictions``)::
+The command is a template with the placeholders ``{loss}`` (the candidate's loss specification, JSON:
+turn it into the loss with :func:`mr2.tune.loss_from_spec`), ``{seed}`` (the trial's seed) and
+``{out}`` (a per-trial directory where the command must write ``val.npz`` and ``test.npz``: ``y_true``
+plus ``y_pred`` or ``logits``, the format of ``mr2 report --predictions``)::
 
     python train.py --loss-json {loss} --seed {seed} --out {out}
+
+Shell safety by construction: the values never pass through a shell parser. Each trial's environment
+holds them (:data:`ENVIRONMENT`: ``MR2_LOSS``, ``MR2_SEED``, ``MR2_OUT``) and each placeholder becomes
+a double-quoted reference to its variable (``{out}`` runs as ``"$MR2_OUT"``): one word, whatever the
+value holds. That holds only outside quotes, so :func:`check_command` refuses a placeholder inside
+quotes of any kind (a quote-aware scan of the template: ``sh -c "... {out} ..."`` is refused; in a nested
+shell's quoted script write ``"$MR2_OUT"`` instead, which also stands for the placeholder). As a second
+guard, an output directory or name holding ``$``, a backtick or a control character is refused
+(:data:`UNSAFE_OUTPUT`), so even a template that runs a value as code (``eval``) cannot start a command
+substitution from it.
+
+Each trial records what produced it (:func:`command_identity`: the template and a digest of each
+existing file it names); a rerun with another command or a changed script is refused before any trial
+(:meth:`mr2.tune.trials.TrialStore.check_producer`), or trains them again with ``--retrain``.
 
 Each trial runs it with ``/bin/sh -c`` in the current directory, in a process group of its own; its
 output (stdout and stderr) goes to ``trials/<phase>/<label>/seed=<s>/train.log``. When tune is
@@ -17,6 +31,7 @@ use is a :class:`mr2.tune.TrialError` naming the trial and that log file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -45,16 +60,22 @@ from mr2.tune.source import TrialResult, run_stored_trials
 from mr2.tune.trials import SPLITS, Predictions, Trial, TrialPredictions, TrialStore
 
 __all__ = [
+    "ENVIRONMENT",
     "PLACEHOLDERS",
     "CommandSource",
     "allow_commands",
     "check_command",
+    "command_identity",
     "command_source",
     "stop_commands",
 ]
 
 #: The placeholders a command must hold, each once or more.
 PLACEHOLDERS = ("loss", "seed", "out")
+#: The environment variable that holds each placeholder's value in a trial; ``{name}`` runs as ``"$VAR"``.
+ENVIRONMENT = {"loss": "MR2_LOSS", "seed": "MR2_SEED", "out": "MR2_OUT"}
+#: Files named by a command larger than this are digested over their first this many bytes (and size).
+MAX_DIGEST_BYTES = 64 * 1024 * 1024
 #: The directory, inside a trial's, handed to the command as ``{out}``.
 OUTPUT_DIR = "output"
 MAX_COMMAND_LENGTH = 10_000
@@ -76,8 +97,13 @@ FORMAT_SPEC = (
 )
 BAD_TIMEOUT = "--trial-timeout must be a number of seconds > 0; got {value}"
 QUOTED_PLACEHOLDER = (
-    "--command puts {{{name}}} in quotes; leave the placeholders unquoted: mr2 shell-quotes each value "
-    "itself (quotes around it would break the JSON of {{loss}} or a path with spaces)"
+    "--command puts {{{name}}} inside quotes; leave the placeholders unquoted (mr2 passes each value as one "
+    "word, whatever it holds), or, inside a nested shell's quoted script (sh -c '...'), write \"$MR2_LOSS\", "
+    "\"$MR2_SEED\" and \"$MR2_OUT\" instead: each trial's environment holds them"
+)
+UNSAFE_OUTPUT = (
+    "the trials' output directory {path} holds {what}, which a shell could run as code when a command "
+    "re-reads {{out}}; choose an --output-dir and --name without $, backticks or control characters"
 )
 _BAD_TEMPLATE = "--command is not a valid template: {error} (write a literal brace as {{{{ or }}}})"
 _TOO_LONG = "--command is {length} characters long; at most {maximum}"
@@ -116,11 +142,101 @@ def _tail(log: Path) -> str:
     return "; last lines of its log: " + " | ".join(line[:300] for line in lines[-LOG_TAIL_LINES:])
 
 
+def _placeholder_contexts(parsed: list[tuple[str, str | None, str | None, str | None]]) -> list[str]:
+    """Where each placeholder of a parsed template sits, for a POSIX shell (bash's ``$'...'`` too):
+    ``"command"`` (unquoted, at the top or inside ``$(...)``: a ``"$VAR"`` reference there is one word)
+    or ``"quotes"`` (inside '...', "...", $'...', `...` or ${...}, or right after a backslash).
+
+    A scan of the literal text with a stack of contexts: single quotes end at the next ``'``; double
+    quotes honour backslash escapes and open ``$(`` / ``${`` / backticks; ``$(`` opens a fresh command
+    context that its matching ``)`` closes; a ``#`` that starts a word comments out the rest of the line.
+
+    Example:
+        >>> import string
+        >>> _placeholder_contexts(list(string.Formatter().parse("sh -c 'run {out}' {seed} $(cat {loss})")))
+        ['quotes', 'command', 'command']
+    """
+    modes = ["command"]  # the open contexts, innermost last
+    depths = [0]  # open parentheses in each context
+    opens = {"'": "single", '"': "double", "`": "backtick"}
+    dollar = {"(": "subst", "{": "param", "'": "ansi"}
+    contexts = []
+    escaped = False  # the previous character was a backslash outside single quotes
+    previous = " "
+
+    def push(mode: str) -> None:
+        modes.append(mode)
+        depths.append(0)
+
+    def pop() -> None:
+        modes.pop()
+        depths.pop()
+
+    for literal, field, _, _ in parsed:
+        i = 0
+        while i < len(literal):
+            char = literal[i]
+            following = literal[i + 1] if i + 1 < len(literal) else ""
+            mode = modes[-1]
+            if escaped:
+                escaped = False
+            elif mode == "single":
+                if char == "'":
+                    pop()
+            elif char == "\\":
+                escaped = True
+            elif mode in ("ansi", "backtick"):
+                if char == {"ansi": "'", "backtick": "`"}[mode]:
+                    pop()
+            elif mode in ("double", "param"):
+                if (mode, char) in (("double", '"'), ("param", "}")):
+                    pop()
+                elif char == "`" or (mode == "param" and char in "'\""):
+                    push(opens[char])
+                elif char == "$" and following in ("(", "{"):
+                    push(dollar[following])
+                    i += 1
+            else:  # "command" (the top) or "subst" (inside $(...))
+                if char in opens:
+                    push(opens[char])
+                elif char == "$" and following in dollar:
+                    push(dollar[following])
+                    i += 1
+                elif char == "(":
+                    depths[-1] += 1
+                elif char == ")" and depths[-1]:
+                    depths[-1] -= 1
+                elif char == ")" and mode == "subst":
+                    pop()
+                elif char == "#" and (previous.isspace() or previous in ";&|()"):
+                    end = literal.find("\n", i)
+                    i = len(literal) if end < 0 else end
+                    continue
+            previous = char
+            i += 1
+        if field is not None:
+            quoted = escaped or modes[-1] not in ("command", "subst")
+            contexts.append("quotes" if quoted else "command")
+            escaped = False
+            previous = "x"  # a placeholder is a word's text
+    return contexts
+
+
+def _mentions_variable(template: str, name: str) -> bool:
+    """Whether the template's text refers to the placeholder's environment variable (``$MR2_OUT``, or
+    ``${MR2_OUT}``, written ``${{MR2_OUT}}`` in the template)."""
+    return re.search(r"\$(\{)?" + ENVIRONMENT[name] + r"(?(1)\}|\b)", template) is not None
+
+
 def check_command(template: str) -> str:
     """Return ``template`` if it is a usable command template (module docstring).
 
+    A placeholder may also be given by its environment variable (``"$MR2_OUT"`` for ``{out}``), the way
+    to pass it into a nested shell's quoted script.
+
     Raises:
-        TuneInputError: empty, too long, malformed braces, an unknown placeholder, or a missing one.
+        TuneInputError: empty, too long, malformed braces, an unknown placeholder, a placeholder inside
+            quotes (:data:`QUOTED_PLACEHOLDER`), or a missing one.
 
     Example:
         >>> check_command("python t.py --loss {loss} --seed {seed} --out {out}")
@@ -138,17 +254,16 @@ def check_command(template: str) -> str:
     for name in fields:
         if name not in PLACEHOLDERS:
             raise TuneInputError(UNKNOWN_PLACEHOLDER.format(name=name[:40]))
-    for index, (_, field, spec, conversion) in enumerate(parsed):
-        if field is None:
-            continue
-        if spec or conversion:
+    for _, field, spec, conversion in parsed:
+        if field is not None and (spec or conversion):
             extra = (f"!{conversion}" if conversion else "") + (f":{spec[:20]}" if spec else "")
             raise TuneInputError(FORMAT_SPEC.format(shown="{" + field + extra + "}", name=field))
-        before = parsed[index][0][-1:]  # the text right before the placeholder, and right after it
-        after = parsed[index + 1][0][:1] if index + 1 < len(parsed) else ""
-        if before in ("'", '"') or after in ("'", '"'):
+    for field, context in zip(fields, _placeholder_contexts(parsed), strict=True):
+        if context != "command":
             raise TuneInputError(QUOTED_PLACEHOLDER.format(name=field))
-    missing = [f"{{{name}}}" for name in PLACEHOLDERS if name not in fields]
+    text = "".join(literal for literal, _, _, _ in parsed)  # what the shell sees, less the placeholders
+    missing = [f"{{{name}}}" for name in PLACEHOLDERS
+               if name not in fields and not _mentions_variable(text, name)]
     if missing:
         raise TuneInputError(MISSING_PLACEHOLDER.format(names=" or ".join(missing)))
     return template
@@ -237,11 +352,28 @@ class CommandSource:
                 stop_commands()
                 raise
 
-    def command(self, trial: Trial) -> str:
-        """The command line of one trial."""
+    def values(self, trial: Trial) -> dict[str, str]:
+        """Each placeholder's value for one trial."""
         spec = json.dumps(trial.candidate.loss_spec(), separators=(",", ":"))
         out = (self.store.path(trial) / OUTPUT_DIR).absolute()  # absolute: it cannot read as an option
-        return self.template.format(loss=shlex.quote(spec), seed=trial.seed, out=shlex.quote(str(out)))
+        return {"loss": spec, "seed": str(trial.seed), "out": str(out)}
+
+    def command(self, trial: Trial) -> str:
+        """The command line of one trial as shown (dry run, the first line of its log): each value
+        shell-quoted. What runs is :meth:`shell_command` with :meth:`environment`."""
+        quoted = {name: shlex.quote(value) for name, value in self.values(trial).items()}
+        return self.template.format(**quoted)
+
+    def shell_command(self, trial: Trial) -> str:
+        """What ``/bin/sh -c`` runs: the template with each placeholder a double-quoted reference to its
+        environment variable (``{out}`` -> ``"$MR2_OUT"``), the same for every trial; the values are in
+        :meth:`environment`, so no shell ever parses them."""
+        return self.template.format(**{name: f'"${variable}"' for name, variable in ENVIRONMENT.items()})
+
+    def environment(self, trial: Trial) -> dict[str, str]:
+        """The variables added to a trial's environment: each placeholder's value, and the trial's name."""
+        values = self.values(trial)
+        return {**{ENVIRONMENT[name]: value for name, value in values.items()}, "MR2_TUNE_TRIAL": trial.name}
 
     def log(self, trial: Trial) -> Path:
         return self.store.log(trial)
@@ -257,10 +389,10 @@ class CommandSource:
         out.mkdir(parents=True, exist_ok=True)
         for split in SPLITS:  # a previous attempt's files must not pass for this one's
             (out / f"{split}.npz").unlink(missing_ok=True)
-        command = self.command(trial)
-        env = {**os.environ, "MR2_TUNE_TRIAL": trial.name}
+        command = self.shell_command(trial)
+        env = {**os.environ, **self.environment(trial)}
         with open(log, "w", encoding="utf-8") as handle:
-            handle.write(f"$ {command}\n")
+            handle.write(f"$ {self.command(trial)}\n")
             handle.flush()
             with _LOCK:
                 if _STOPPING.is_set():
@@ -336,20 +468,84 @@ def interpreter_warning(template: str) -> str | None:
                                      suggestion=sys.executable)
 
 
+def _digest(path: Path) -> str:
+    """sha256 of a file's content (of its first :data:`MAX_DIGEST_BYTES` and its size, past that)."""
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        left = MAX_DIGEST_BYTES
+        while left > 0 and (block := handle.read(min(1 << 20, left))):
+            digest.update(block)
+            left -= len(block)
+    return digest.hexdigest() if size <= MAX_DIGEST_BYTES else f"{digest.hexdigest()}+{size}"
+
+
+def command_identity(template: str) -> dict[str, Any]:
+    """What trains the trials of a command, as each trial records it: the template, and a digest of
+    each file it names (a word of the template, or the value of a ``--flag=value`` word, that is an
+    existing regular file from the current directory: the script, a data or configuration file).
+
+    What a command reads without naming it (a module the script imports, a file at a fixed path, an
+    environment variable) is not seen: give the tune a new ``--name`` (or ``--retrain``) when that
+    changes.
+
+    Example:
+        >>> command_identity("python no-such-file.py {loss} {seed} {out}")
+        {'kind': 'command', 'command': 'python no-such-file.py {loss} {seed} {out}', 'files': {}}
+    """
+    files: dict[str, str] = {}
+    try:
+        words = shlex.split(template.format(**{name: "_" for name in PLACEHOLDERS}))
+    except (ValueError, KeyError, IndexError):  # unbalanced quotes: the first trial's log will say so
+        words = []
+    for word in words:
+        for candidate in dict.fromkeys((word, word.split("=", 1)[1] if word.startswith("-") and "=" in word
+                                        else word)):
+            path = Path(candidate)
+            try:
+                if candidate and path.is_file():
+                    files[candidate] = _digest(path)
+            except OSError as error:  # unreadable: recorded as such (a change to readable is a change)
+                files[candidate] = f"unreadable ({error.strerror or error})"
+    return {"kind": "command", "command": template, "files": files}
+
+
+def _unsafe_output(directory: Path) -> str:
+    """What in the trials' output path a shell could run ("" when nothing)."""
+    text = str(directory.absolute())
+    if "$" in text:
+        return "a '$'"
+    if "`" in text:
+        return "a backtick"
+    bad = next((char for char in text if ord(char) < 32 or ord(char) == 127), None)
+    return "" if bad is None else f"the control character {bad!r}"
+
+
 def command_source(template: str, request: TuneRequest, *, workers: int = 1,
-                   launcher: dict[str, Any] | None = None, timeout: float | None = None) -> CommandSource:
-    """The command source of a tune, checked: the template, and the launcher (``slurm``: each trial a
-    submitit job, its files under ``<tune>/submitit/``).
+                   launcher: dict[str, Any] | None = None, timeout: float | None = None,
+                   retrain: bool = False, check_output: bool = True) -> CommandSource:
+    """The command source of a tune, checked: the template, the output directory, and the launcher
+    (``slurm``: each trial a submitit job, its files under ``<tune>/submitit/``).
+
+    Args:
+        retrain: train again the stored trials of another command or script (or K) instead of
+            refusing them (``--retrain``).
+        check_output: refuse an output directory with ``$``, a backtick or a control character
+            (:data:`UNSAFE_OUTPUT`; tests turn it off to show the substitution alone is safe).
 
     Raises:
-        TuneInputError: a bad template (:func:`check_command`).
+        TuneInputError: a bad template (:func:`check_command`) or output directory.
         mr2.config.ConfigError: a bad launcher mapping, or Slurm's commands missing.
     """
     assert request.num_classes is not None
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise TuneInputError(BAD_TIMEOUT.format(value=timeout))
-    source = CommandSource(check_command(template), TrialStore(request.directory, request.num_classes),
-                           workers=workers, timeout=timeout)
+    check_command(template)
+    unsafe = _unsafe_output(request.directory)
+    if check_output and unsafe:
+        raise TuneInputError(UNSAFE_OUTPUT.format(path=repr(str(request.directory.absolute())), what=unsafe))
+    store = TrialStore(request.directory, request.num_classes, command_identity(template), retrain=retrain)
+    source = CommandSource(template, store, workers=workers, timeout=timeout)
     if launcher is not None:
         from mr2.sweep.launcher import check_launcher_available, launcher_from_dict
 

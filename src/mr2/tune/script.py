@@ -9,7 +9,9 @@ needs besides its own training loop (docs/tune-ready.md walks through a complete
 - :func:`fixed_split` draws the validation split from a generator of its own: the same samples in every
   trial whatever the trial's seed, and the global random state is left untouched. (Every trial must
   predict the same validation samples in the same order; a ``random_split`` after
-  ``torch.manual_seed(seed)`` differs per seed, and tune refuses the second trial.)
+  ``torch.manual_seed(seed)`` differs per seed, and tune refuses the second trial.) With
+  ``eval_data=`` (the same samples under the evaluation transform) the validation split is taken from
+  it, so that augmentation (random crops, flips) trains but never reaches the validation predictions.
 - :func:`write_predictions` runs the model in eval mode without gradients over a validation and a test
   loader and writes both files (``y_true`` and ``logits``, the format ``mr2 report --predictions``
   reads), atomically.
@@ -25,6 +27,7 @@ import argparse
 import io
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sized
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -55,7 +58,36 @@ SPLIT_EMPTY = (
     "val_fraction {fraction!r} of {n} samples leaves {val} validation and {train} training samples; "
     "both need at least one"
 )
-_SPLIT_SEED = "fixed_split's seed must be an integer >= 0 (the split's own, not the trial's); got {value!r}"
+SPLIT_SEED = (
+    "fixed_split's seed must be an integer from 0 to 2**64 - 1 (the split's own, not the trial's); got "
+    "{value}"
+)
+SPLIT_MEMORY = (
+    "fixed_split of {n} samples needs about {need} of memory for its index lists, and this process can get "
+    "{free}; split a smaller dataset (or a subsample of its indices)"
+)
+SPLIT_EVAL_LENGTH = (
+    "eval_data has {eval_n} samples but data has {n}; give the same samples twice, once with the training "
+    "transform (data) and once with the evaluation transform (eval_data)"
+)
+SPLIT_EVAL_WITH_COUNT = (
+    "eval_data takes a dataset; fixed_split(n, ...) returns index lists: index both of your datasets with "
+    "them"
+)
+RANDOM_TRANSFORM = (
+    "fixed_split: the dataset's transform looks random ({names}); its validation split would be predicted "
+    "augmented, differently in every trial. Pass eval_data= (the same samples under your evaluation "
+    "transform): fixed_split(train_view, {fraction!r}, eval_data=eval_view)"
+)
+#: Peak bytes per sample of :func:`fixed_split` (a permutation, sorted copies, two Python lists of
+#: ints: 55 measured at 10^7 samples), with a margin.
+SPLIT_BYTES_PER_SAMPLE = 64
+#: The memory :func:`fixed_split` assumes it may use where the available memory cannot be read.
+UNKNOWN_MEMORY_LIMIT = 2**40
+#: The split's seed seeds ``torch.Generator``, which takes 64 bits.
+MAX_SPLIT_SEED = 2**64 - 1
+#: Parts of a transform's name that mark it random (torchvision's RandomCrop, RandAugment, ColorJitter, ...).
+_RANDOM_NAMES = ("Random", "RandAugment", "AutoAugment", "TrivialAugment", "AugMix", "ColorJitter")
 
 # add_trial_arguments
 FLAG_TAKEN = (
@@ -122,15 +154,67 @@ def _short(value: Any) -> str:
 # --------------------------------------------------------------------------------------------- split
 
 
+def _allocatable_bytes() -> int | None:
+    """What this process can still allocate: the smaller of the system's available memory and the
+    container's headroom (cgroup v2); None where neither is known. (The report's
+    :func:`mr2.report.limits.allocatable_bytes`, read here without importing the report package.)"""
+    known = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    known.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            known.append(max(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()), 0))
+    except (OSError, ValueError):
+        pass
+    return min(known) if known else None
+
+
+def _gigabytes(count: float) -> str:
+    return f"{count / 1e9:.3g} GB" if count < 1e15 else f"{count:.2g} bytes"
+
+
+def _memory_error(n: str, need: int, free: int | None = None) -> TuneInputError:
+    free = _allocatable_bytes() if free is None else free
+    shown = (_gigabytes(free) if free is not None else
+             f"{_gigabytes(UNKNOWN_MEMORY_LIMIT)} at most (assumed: the available memory is unknown here)")
+    return TuneInputError(SPLIT_MEMORY.format(n=n, need=_gigabytes(need), free=shown))
+
+
+def _random_transforms(data: Any) -> list[str]:
+    """Names of the random-looking transforms a dataset applies (torchvision's ``transform`` /
+    ``transforms`` attribute, or a Subset's dataset's), [] when none."""
+    for _ in range(4):  # a Subset of a Subset of a dataset: look through a few wrappers
+        found = []
+        for attribute in ("transform", "transforms"):
+            text = repr(getattr(data, attribute, None) or "")
+            found += [word.split("(")[0] for word in text.replace(",", " ").split()
+                      if any(word.startswith(name) for name in _RANDOM_NAMES)]
+        if found:
+            return list(dict.fromkeys(found))
+        inner = getattr(data, "dataset", None)
+        if inner is None:
+            return []
+        data = inner
+    return []
+
+
 @overload
 def fixed_split(data: int, val_fraction: float, *, seed: int = 0) -> tuple[list[int], list[int]]: ...
 
 
 @overload
-def fixed_split(data: Dataset[T], val_fraction: float, *, seed: int = 0) -> tuple[Subset[T], Subset[T]]: ...
+def fixed_split(data: Dataset[T], val_fraction: float, *, seed: int = 0, eval_data: Dataset[T] | None = None
+                ) -> tuple[Subset[T], Subset[T]]: ...
 
 
-def fixed_split(data: int | Dataset[T], val_fraction: float, *, seed: int = 0
+def fixed_split(data: int | Dataset[T], val_fraction: float, *, seed: int = 0,
+                eval_data: Dataset[T] | None = None
                 ) -> tuple[list[int], list[int]] | tuple[Subset[T], Subset[T]]:
     """A train / validation split that is the same in every trial, whatever the trial's seed.
 
@@ -139,18 +223,33 @@ def fixed_split(data: int | Dataset[T], val_fraction: float, *, seed: int = 0
     ``val_fraction`` and ``seed`` only; the global random state (``torch.manual_seed``) is neither read
     nor changed. Both index lists are sorted.
 
+    Augmentation: a dataset whose transform is random (random crops, flips) would give validation
+    inputs that differ in every trial, though ``y_true`` is the same, so tune could not notice and would
+    compare the candidates on noise of the augmentation. Give ``eval_data``, the same samples under the
+    evaluation transform (e.g. ``FashionMNIST(root, train=True, transform=to_tensor)`` beside the
+    training view with ``RandomCrop``): the validation Subset is taken from it. Without it, a dataset
+    whose transform looks random (a torchvision ``Random*``, ``ColorJitter``, ``*Augment*``) is warned
+    about.
+
     Args:
-        data: the number of samples ``n``, or a dataset with a length (``len(data)``).
+        data: the number of samples ``n``, or a dataset with a length (``len(data)``): the training view.
         val_fraction: the share of samples in the validation split, in (0, 1).
-        seed: the split's own seed; keep it fixed across the trials of a tune.
+        seed: the split's own seed, an integer from 0 to 2**64 - 1; keep it fixed across the trials of a
+            tune.
+        eval_data: the same ``n`` samples, in the same order, under the evaluation transform (datasets
+            only); the validation Subset indexes it.
 
     Returns:
-        ``(train_indices, val_indices)`` for a number, ``(Subset(data, train_indices), Subset(data,
-        val_indices))`` for a dataset.
+        ``(train_indices, val_indices)`` for a number, ``(Subset(data, train_indices),
+        Subset(eval_data or data, val_indices))`` for a dataset.
 
     Raises:
         TuneInputError: ``n`` below 2 or a dataset without a length, ``val_fraction`` outside (0, 1), a
-            split that leaves either side empty, or a bad ``seed``.
+            split that leaves either side empty, a bad ``seed``, ``eval_data`` of another length (or
+            with a number), or index lists larger than the memory this process can get.
+
+    Warns:
+        UserWarning: ``data``'s transform looks random and no ``eval_data`` was given.
 
     Example:
         >>> train, val = fixed_split(10, 0.3)
@@ -163,24 +262,44 @@ def fixed_split(data: int | Dataset[T], val_fraction: float, *, seed: int = 0
     if is_int(data):
         n = data
     elif isinstance(data, Sized):
-        n = len(data)
+        try:
+            n = len(data)
+        except OverflowError:  # a __len__ beyond sys.maxsize: no memory holds its index lists
+            raise _memory_error("more than 2**63", 2**63 * SPLIT_BYTES_PER_SAMPLE) from None
     else:
         raise TuneInputError(SPLIT_SIZE.format(value=f"{type(data).__name__} (no len())"))
     if n < 2:
         raise TuneInputError(SPLIT_SIZE.format(value=n))
     if not is_number(val_fraction) or not 0 < val_fraction < 1:
         raise TuneInputError(SPLIT_FRACTION.format(value=val_fraction))
-    if not is_int(seed) or seed < 0:
-        raise TuneInputError(_SPLIT_SEED.format(value=seed))
+    if not is_int(seed) or not 0 <= seed <= MAX_SPLIT_SEED:
+        shown = f"an integer of {seed.bit_length()} bits" if is_int(seed) and seed > 10**30 else _short(seed)
+        raise TuneInputError(SPLIT_SEED.format(value=shown))
     n_val = math.floor(n * val_fraction + 0.5)
     if not 0 < n_val < n:
         raise TuneInputError(SPLIT_EMPTY.format(fraction=val_fraction, n=n, val=n_val, train=n - n_val))
+    if eval_data is not None:
+        if is_int(data):
+            raise TuneInputError(SPLIT_EVAL_WITH_COUNT)
+        eval_n = len(eval_data) if isinstance(eval_data, Sized) else None
+        if eval_n != n:
+            raise TuneInputError(SPLIT_EVAL_LENGTH.format(eval_n="no len()" if eval_n is None else eval_n,
+                                                          n=n))
+    free = _allocatable_bytes()
+    if SPLIT_BYTES_PER_SAMPLE * n > (free if free is not None else UNKNOWN_MEMORY_LIMIT):
+        raise _memory_error(str(n), SPLIT_BYTES_PER_SAMPLE * n, free)
+    if eval_data is None and not is_int(data):
+        names = _random_transforms(data)
+        if names:
+            message = RANDOM_TRANSFORM.format(names=", ".join(names[:4]), fraction=val_fraction)
+            warnings.warn(message, UserWarning, stacklevel=2)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    val = sorted(order[:n_val].tolist())
-    train = sorted(order[n_val:].tolist())
+    val = order[:n_val].sort().values.tolist()
+    train = order[n_val:].sort().values.tolist()
+    del order
     if is_int(data):
         return train, val
-    return Subset(data, train), Subset(data, val)  # type: ignore[arg-type]
+    return Subset(data, train), Subset(eval_data if eval_data is not None else data, val)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------- flags

@@ -18,6 +18,9 @@ differing between trials) are invalid input (:class:`mr2.tune.errors.TrialError`
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import hashlib
+import inspect
 import sys
 import time
 import zipfile
@@ -29,7 +32,7 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
-from mr2.tune.errors import TrialError, TrialFailed
+from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.trials import SPLITS, Trial, TrialStore, check_trial_predictions
 
 __all__ = [
@@ -39,12 +42,17 @@ __all__ = [
     "TrialResult",
     "TrialSource",
     "format_seconds",
+    "function_identity",
     "run_stored_trials",
 ]
 
 UNREADABLE = (
     "{trial} finished earlier but its stored predictions in {path} cannot be read ({error}); training it "
     "again"
+)
+RETRAINED = (
+    "retrain: {count} stored trial(s) in {directory} of another producer or K are no longer finished; each "
+    "is trained again when the plan reaches it"
 )
 #: How often a line says which trials are still running (seconds).
 HEARTBEAT_SECONDS = 60.0
@@ -159,6 +167,9 @@ def run_stored_trials(
     out = stream if stream is not None else sys.stdout
     results: dict[str, TrialResult] = {}
     todo: list[Trial] = []
+    discarded = store.discard_stale()
+    if discarded:
+        print(RETRAINED.format(count=discarded, directory=store.root), file=out, flush=True)
     for trial in trials:
         if store.is_finished(trial):
             try:
@@ -174,6 +185,8 @@ def run_stored_trials(
             results[trial.key] = TrialResult(trial, stored, log=log(trial), reused=True)
             print(f"reused {trial.name} (finished earlier)", file=out, flush=True)
         else:
+            if trial.key in store.damaged:
+                print(store.damaged.pop(trial.key), file=out, flush=True)
             todo.append(trial)
     durations: list[float] = []
     total = len(todo)
@@ -267,6 +280,56 @@ def _poll(futures: Sequence[Any]) -> list[Any]:
     if not done:
         time.sleep(1.0)
     return done
+
+
+BAD_VERSION = (
+    "version must be a string naming what train_fn trains (e.g. a git commit, or 'lr=0.1, 20 epochs'); "
+    "got {value}"
+)
+#: At most this many characters of a version.
+MAX_VERSION_LENGTH = 1000
+
+
+def _callable_name(fn: Any) -> str:
+    """``module.qualname`` of a function (of a ``functools.partial``'s function; of a callable's class)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    target = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(target, '__module__', None) or '?'}.{getattr(target, '__qualname__', '?')}"
+
+
+def _source_digest(fn: Any) -> str | None:
+    """sha256 of the function's source text (a ``functools.wraps`` wrapper: the wrapped one's), or None
+    where Python has none (a builtin, a function typed into a plain interpreter)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    target = fn if inspect.isroutine(fn) or inspect.isclass(fn) else type(fn)
+    try:
+        text = inspect.getsource(target)
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def function_identity(train_fn: Any, version: str | None = None) -> dict[str, Any]:
+    """What trains the trials of :func:`mr2.tune.tune`, as each trial records it: the function's
+    ``module.qualname``, and ``version`` when given, else a digest of the function's own source (not of
+    what it calls: give ``version`` to cover that). A rerun whose identity differs is refused
+    (:meth:`mr2.tune.trials.TrialStore.check_producer`).
+
+    Raises:
+        TuneInputError: ``version`` is not a string (or is longer than 1000 characters).
+
+    Example:
+        >>> identity = function_identity(format_seconds, version="v2")
+        >>> identity["function"], identity["source"], identity["version"]
+        ('mr2.tune.source.format_seconds', None, 'v2')
+    """
+    if version is not None and (not isinstance(version, str) or len(version) > MAX_VERSION_LENGTH):
+        shown = repr(version) if not isinstance(version, str) else f"{len(version)} characters"
+        raise TuneInputError(BAD_VERSION.format(value=shown[:80]))
+    return {"kind": "python", "function": _callable_name(train_fn),
+            "source": None if version is not None else _source_digest(train_fn), "version": version}
 
 
 @dataclass

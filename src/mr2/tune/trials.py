@@ -13,6 +13,13 @@ predicted class ids or logits. Each finished trial is stored under the tune dire
 in the format ``mr2 report --predictions`` reads (:mod:`mr2.report.predictions`), each file written
 atomically. A finished trial is reused, so an interrupted tune resumes where it stopped. The choice
 reads ``val.npz`` only (:meth:`TrialStore.validation`); ``test.npz`` is read for the confirmation.
+
+A trial's record names what produced it (``producer``: the command template and a digest of each file
+it names, or the training function's name and a digest of its source or the ``version`` given; see
+:func:`mr2.tune.command.command_identity` and :func:`mr2.tune.source.function_identity`). Before any
+trial runs, :meth:`TrialStore.check_producer` compares every stored record's producer with this tune's:
+a difference is refused (:data:`PRODUCER_DIFFERS`, naming it and the way out), since reusing those
+trials would mix two trainings' predictions in one choice; with ``retrain`` they are trained again.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from mr2.tune.errors import TrialError, TrialFailed
 
 __all__ = [
     "PHASES",
+    "PRODUCER_DIFFERS",
     "SPLITS",
     "Predictions",
     "StoredTrial",
@@ -62,6 +70,21 @@ STALE_TRIAL = (
     "{path} holds a finished trial of another tune ({key}: {found!r}, this tune: {expected!r}); delete "
     "that directory to re-run it, or give the tune another name / output directory"
 )
+#: Stored trials of another producer (command, script, training function or version): never reused.
+PRODUCER_DIFFERS = (
+    "{directory} holds finished trials (e.g. {trial}) of another {what}: {difference}; reusing them would "
+    "mix two trainings in one choice: {way_out}"
+)
+#: The way out of :data:`PRODUCER_DIFFERS`, per way in.
+WAY_OUT = {
+    "command": "give this tune another --name (or --output-dir), or add --retrain to train them again with "
+               "this command",
+    "python": "call tune with another name= (or output_dir=), or retrain=True to train them again with this "
+              "train_fn",
+}
+#: A trial whose record cannot be read: it is not finished (the record is written last), so it runs again.
+DAMAGED_RECORD = "{trial}: its record {path} is damaged ({problem}); training it again"
+_SHOWN_CHARS = 100
 #: A split's logits are not all finite: the trial FAILED (its candidate is ruled out), not bad input.
 NON_FINITE = "logits hold NaN or infinite values (a diverged model?); they must be finite"
 
@@ -217,13 +240,84 @@ def _atomic_npz(path: Path, arrays: Mapping[str, Any]) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-class TrialStore:
-    """The finished trials of one tune directory (see the module docstring for the layout)."""
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "...'"
 
-    def __init__(self, directory: str | os.PathLike[str], num_classes: int) -> None:
+
+def _text_difference(stored: str, now: str) -> str:
+    """Where two strings part: ``'...FAKE_LR=0.1 python...'`` against ``'...FAKE_LR=0.2 python...'``."""
+    start = next((i for i, (a, b) in enumerate(zip(stored, now, strict=False)) if a != b),
+                 min(len(stored), len(now)))
+    left = max(0, start - 25)
+
+    def part(text: str) -> str:
+        piece = text[left:start + 25]
+        return repr(("..." if left else "") + piece + ("..." if start + 25 < len(text) else ""))
+
+    return f"stored {part(stored)}, now {part(now)}"
+
+
+def producer_difference(stored: Any, now: Mapping[str, Any]) -> str:
+    """How a stored trial's producer differs from this tune's, in words ("" when they are the same)."""
+    if stored == dict(now):
+        return ""
+    if stored is None:
+        return "its record names no producer (written by an earlier mr2, which did not record one)"
+    if not isinstance(stored, Mapping):
+        return f"its record's producer is unreadable ({_shown(stored)})"
+    kinds = {"command": "mr2 tune --command", "python": "a Python train_fn", "engine": "mr2's engine"}
+    if stored.get("kind") != now.get("kind"):
+        then = kinds.get(str(stored.get("kind")), _shown(stored.get("kind")))
+        return f"they were trained by {then}, this tune by {kinds.get(str(now.get('kind')), now.get('kind'))}"
+    if now.get("kind") == "command":
+        if stored.get("command") != now.get("command"):
+            if not isinstance(stored.get("command"), str):
+                return f"the command is {_shown(now.get('command'))}, stored {_shown(stored.get('command'))}"
+            return "the command differs: " + _text_difference(stored["command"], str(now["command"]))
+        stored_files = stored.get("files")
+        before: Mapping[str, Any] = stored_files if isinstance(stored_files, Mapping) else {}
+        after: Mapping[str, Any] = now.get("files") or {}
+        for name in sorted(set(before) | set(after), key=str):
+            if name not in after:
+                return f"{name} changed: it is no longer a file here (it was when they were trained)"
+            if name not in before:
+                return f"{name} changed: it is a file now, and was none when they were trained"
+            if before[name] != after[name]:
+                return (f"{name} changed since they were trained (sha256 {str(before[name])[:12]}... then, "
+                        f"{str(after[name])[:12]}... now)")
+    for key, words in (("function", "the training function is"), ("version", "version is"),
+                       ("source", "")):
+        if stored.get(key) != now.get(key):
+            if key == "source":
+                return (f"its source changed since they were trained ({now.get('function')}: sha256 "
+                        f"{str(stored.get(key))[:12]}... then, {str(now.get(key))[:12]}... now)")
+            return f"{words} {_shown(now.get(key))}, stored {_shown(stored.get(key))}"
+    return f"producer {_shown(dict(now))}, stored {_shown(stored)}"
+
+
+class TrialStore:
+    """The finished trials of one tune directory (see the module docstring for the layout).
+
+    Args:
+        directory: the tune directory.
+        num_classes: K.
+        producer: what trains this tune's trials (recorded in each trial's record and compared with the
+            stored ones' before any trial runs); None checks nothing (a dry run without the function).
+        retrain: train stored trials of another producer (or another tune) again instead of refusing.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], num_classes: int,
+                 producer: Mapping[str, Any] | None = None, *, retrain: bool = False) -> None:
         self.root = Path(directory) / "trials"
         self.num_classes = num_classes
+        self.producer = None if producer is None else dict(producer)
+        self.retrain = retrain
         self._first: dict[str, tuple[str, NDArray[np.int64]]] = {}
+        self._checked = False
+        self._stale: set[str] = set()
+        #: trial key -> why its record could not be read (the trial runs again).
+        self.damaged: dict[str, str] = {}
 
     def path(self, trial: Trial) -> Path:
         """The trial's directory."""
@@ -234,29 +328,100 @@ class TrialStore:
         return self.path(trial) / "train.log"
 
     def _record(self, trial: Trial) -> dict[str, Any]:
-        return {"phase": trial.phase, "label": trial.candidate.label, "seed": trial.seed,
-                "loss_spec": trial.candidate.loss_spec(), "num_classes": self.num_classes}
+        record = {"phase": trial.phase, "label": trial.candidate.label, "seed": trial.seed,
+                  "loss_spec": trial.candidate.loss_spec(), "num_classes": self.num_classes}
+        if self.producer is not None:
+            record["producer"] = self.producer
+        return record
 
-    def is_finished(self, trial: Trial) -> bool:
-        """Whether the trial finished earlier (its record is there and matches this tune).
-
-        Raises:
-            TrialError: its record belongs to another tune (another loss specification or K).
-        """
-        file = self.path(trial) / TRIAL_RECORD
-        if not file.is_file():
-            return False
+    @staticmethod
+    def _load_record(file: Path) -> tuple[dict[str, Any] | None, str]:
+        """``(record, "")``, or ``(None, why)`` when the file is not a readable JSON object."""
         try:
             found = json.loads(file.read_text())
-        except (OSError, ValueError):
-            found = {}
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+            return None, f"{type(error).__name__}: {str(error).splitlines()[0][:80] if str(error) else ''}"
+        if not isinstance(found, dict):
+            return None, f"a JSON {type(found).__name__}, not an object"
+        return found, ""
+
+    def check_producer(self) -> None:
+        """Before any trial runs: every stored trial was trained by this tune's producer.
+
+        Done once per store, on the first :meth:`is_finished`. With ``retrain``, the trials of another
+        producer are marked unfinished (they run again and their files are rewritten).
+
+        Raises:
+            TrialError: a stored trial of another producer (:data:`PRODUCER_DIFFERS`, naming the
+                difference and the way out).
+        """
+        if self._checked or self.producer is None:
+            return
+        self._checked = True
+        if not self.root.is_dir():
+            return
+        def order(file: Path) -> tuple[int, str, int]:  # selection first, then by label and seed
+            phase, label, seed = file.parent.relative_to(self.root).parts
+            number = seed.removeprefix("seed=")
+            return (PHASES.index(phase) if phase in PHASES else len(PHASES), label,
+                    int(number) if number.isdigit() and len(number) < 10 else -1)
+
+        for file in sorted(self.root.glob(f"*/*/seed=*/{TRIAL_RECORD}"), key=order):
+            found, _ = self._load_record(file)
+            if found is None:
+                continue  # damaged: not a finished trial (is_finished says so and it runs again)
+            difference = producer_difference(found.get("producer"), self.producer)
+            key = str(file.parent.relative_to(self.root))
+            if self.retrain and (difference or found.get("num_classes") != self.num_classes):
+                self._stale.add(key)
+                continue
+            if not difference:
+                continue
+            phase, label, seed = key.split("/")
+            kind = str(self.producer.get("kind"))
+            raise TrialError(PRODUCER_DIFFERS.format(
+                directory=self.root.parent, trial=f"{phase}/{label}@{seed.removeprefix('seed=')}",
+                what={"command": "command", "python": "train_fn"}.get(kind, "source"), difference=difference,
+                way_out=WAY_OUT.get(kind, WAY_OUT["python"])))
+
+    def is_finished(self, trial: Trial) -> bool:
+        """Whether the trial finished earlier (its record is there and matches this tune). A record
+        that cannot be read marks no finished trial: it is noted in :attr:`damaged` and the trial runs
+        again.
+
+        Raises:
+            TrialError: a stored trial of another producer (:meth:`check_producer`), or its record
+                belongs to another tune (another loss specification or K), unless ``retrain``.
+        """
+        self.check_producer()
+        file = self.path(trial) / TRIAL_RECORD
+        if trial.key in self._stale or not file.is_file():
+            return False
+        found, problem = self._load_record(file)
+        if found is None:
+            self.damaged[trial.key] = DAMAGED_RECORD.format(trial=trial.name, path=file, problem=problem)
+            return False
         expected = self._record(trial)
         for key, value in expected.items():
-            if not isinstance(found, dict) or found.get(key) != value:
-                shown = found.get(key) if isinstance(found, dict) else found
+            if key == "producer":
+                continue  # compared over the whole store by check_producer
+            if found.get(key) != value:
+                if self.retrain:
+                    return False
                 raise TrialError(STALE_TRIAL.format(path=self.path(trial), key=key, expected=value,
-                                                    found=shown))
+                                                    found=found.get(key)))
         return True
+
+    def discard_stale(self) -> int:
+        """With ``retrain``: remove the records of the stored trials of another producer or K, before
+        the first trial runs, so that none of them is taken for this tune's later (each runs again when
+        the plan reaches it). Returns how many. A dry run calls :meth:`is_finished` only: nothing goes."""
+        self.check_producer()
+        for key in sorted(self._stale):
+            (self.root / key / TRIAL_RECORD).unlink(missing_ok=True)
+        count = len(self._stale)
+        self._stale.clear()
+        return count
 
     def forget(self, trial: Trial) -> None:
         """Mark a trial unfinished (its record goes; the next run of the trial rewrites its files)."""
