@@ -513,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=CELLS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibration-reps", type=int, default=200)
+    parser.add_argument("--seed-corr", type=float, default=None,
+                        help="what-if: every cell's same-seed correlation kappa set to this (common random "
+                             "numbers); a run's own seed SD is kept: the paired SD shrinks with 1 - kappa")
     parser.add_argument("--extract", action="store_true", help="rebuild the cells file and exit")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     args = parser.parse_args(argv)
@@ -521,6 +524,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"wrote {CELLS_FILE}")
         return {}
     cells = {c["name"]: Cell.from_dict(c) for c in load_cells()}
+    if args.seed_corr is not None:
+        for cell in cells.values():
+            # A run's own SD is unchanged; the paired difference's shrinks with 1 - kappa.
+            cell.recorded_diff_sd *= math.sqrt((1 - args.seed_corr) / (1 - cell.seed_corr))
+            cell.seed_corr = args.seed_corr
     results: dict[str, Any] = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     start = time.time()

@@ -337,3 +337,26 @@ def test_contradicted_is_said_of_the_best_contender_only():
     advice = plan.advice()
     assert advice.contenders[0] == "a" and not advice.adopt
     assert advice.reason == "inconclusive"
+
+
+def test_the_adopt_line_states_its_condition_scope_and_what_the_seeds_rule_out():
+    """Issue 44, item 5: the ADOPT advice says the 5 % assumes roughly normal per-seed differences and
+    is about the user's test split, and what n fresh seeds without a failure rule out (3/n); the
+    verdict's line prints the look's level next to the p-value."""
+    from mr2.tune.candidates import candidates
+    from mr2.tune.text import advice_text
+
+    labels = [c.label for c in candidates("quick")]
+    chosen = labels[2]
+    design = Design(selection_looks=(2,), contenders=2, confirmation_looks=(3, 6, 9), futility=0.5)
+    plan = Plan(labels, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 19)), design=design)
+    _drive(plan, _selection(chosen, 0.3), _test({chosen: 0.05}, spread=0.03))
+    advice = plan.advice()
+    assert advice.adopt and advice.use == chosen and advice.verdict is not None
+    n = len(advice.verdict.seeds)
+    text = advice_text(advice, next(c for c in candidates("quick") if c.label == chosen), "engine")
+    assert "per-seed differences from ERM are roughly normal" in text
+    assert "your test split" in text
+    assert f"None of its {n} fresh seeds collapsed" in text and f"3/{n} = {100 * 3 / n:.0f}%" in text
+    level = advice.verdict.alpha
+    assert f"for a gain (level {100 * level:.3g}%)" in text

@@ -272,3 +272,31 @@ def test_a_spread_below_the_rounding_of_the_test_split_is_not_certainty():
     wide = judge_figures(ref, {s: SeedFigures(ref[s].hard_tier + d, ref[s].overall, ref[s].rounding_sd)
                                for s, d in zip((3, 4, 5), (0.02, 0.05, 0.08))})
     assert wide.t_statistic == pytest.approx(0.05 / (0.03 / math.sqrt(3)), rel=1e-9)
+
+
+def test_a_significant_gain_with_a_seed_lost_badly_is_unstable_not_confirmed():
+    """Issue 44: 8 seeds at +2 to +4 points and one at -4 (ERM's seed SD 0.5 points) is significant at
+    5 %, but one seed lost more than 5 ERM seed SDs: ``unstable``, named by its seed."""
+    erm_values = [0.700, 0.706, 0.695, 0.703, 0.698, 0.709, 0.701, 0.694, 0.704]
+    erm = {s: SeedFigures(v, 0.9) for s, v in enumerate(erm_values)}
+    gains = [0.02] * 8 + [-0.04]
+    new = {s: SeedFigures(erm_values[s] + 0.02 + 0.01 * (s % 3) if s < 8 else erm_values[s] + gains[s], 0.9)
+           for s in range(9)}
+    verdict = judge_figures(erm, new, chosen_label="a", alpha=0.05)
+    reference_sd = float(np.std(erm_values, ddof=1))
+    differences = np.array([new[s].hard_tier - erm[s].hard_tier for s in range(9)])
+    assert verdict.p_greater < 0.05  # significant...
+    assert verdict.reference_sd == pytest.approx(reference_sd)
+    assert verdict.lost_seeds == [int(s) for s in np.flatnonzero(differences < -5 * reference_sd)] == [8]
+    assert verdict.outcome == "unstable"  # ...but not confirmed
+    # Without the bad seed: confirmed.
+    clean = judge_figures({s: erm[s] for s in range(8)}, {s: new[s] for s in range(8)}, chosen_label="a")
+    assert (clean.outcome, clean.lost_seeds) == ("confirmed", [])
+
+
+def test_a_run_that_tripped_the_collapse_guard_makes_a_gain_unstable():
+    erm = {s: SeedFigures(0.70 + 0.002 * (s % 2), 0.9) for s in range(4)}
+    new = {s: SeedFigures(0.75 + 0.003 * (s % 3), 0.9, collapsed=(s == 2)) for s in range(4)}
+    verdict = judge_figures(erm, new, chosen_label="a")
+    assert (verdict.outcome, verdict.collapsed_seeds, verdict.lost_seeds) == ("unstable", [2], [])
+    assert verdict.to_dict()["collapsed_seeds"] == [2]

@@ -231,8 +231,8 @@ def verdict_lines(verdict: Verdict, class_names: Sequence[str] | None = None) ->
     lines += [
         f"  {verdict.chosen} minus ERM, test hard tier: {_points(verdict.mean_difference)} "
         f"points (mean of the per-seed differences ± SD {format_percent(verdict.sd_difference)} over {n} "
-        f"seeds){_floor_note(verdict)}; one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain, "
-        f"p = {_p(verdict.p_less)} for a loss",
+        f"seeds){_floor_note(verdict)}; one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain "
+        f"(level {_level(verdict.alpha)}), p = {_p(verdict.p_less)} for a loss",
         f"  {verdict.chosen} minus ERM, test overall accuracy: {_points(verdict.overall_change)} points "
         f"(mean over {n} seeds); the cost allowed is ERM's seed SE of overall accuracy over {n} seeds, "
         f"{format_percent(verdict.reference_overall_se)} points",
@@ -434,6 +434,23 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
         "time: this is not evidence enough to change.")
 
 
+def _adopt_limits(advice: Advice) -> list[str]:
+    """What the ADOPT line's error rate assumes and covers (issue 44): roughly normal per-seed
+    differences, the user's test split, and what the fresh seeds without a failure rule out."""
+    verdict = advice.verdict
+    if verdict is None or not verdict.seeds:
+        return []
+    n = len(verdict.seeds)
+    return [
+        f"  The {100 * advice.design.alpha:g}% holds when the per-seed differences from ERM are roughly "
+        "normal, and it is about your test split (the gain there is itself measured with a sampling error "
+        "over its images).",
+        f"  None of its {n} fresh seeds collapsed or lost more than {verdict.loss_limit:g} of ERM's seed "
+        f"SDs: a configuration that fails on more than about 3/{n} = {100 * 3 / n:.0f}% of seeds is ruled "
+        "out (95%); one that fails more rarely is not, and can pass on the seeds where it did not fail.",
+    ]
+
+
 def look_lines(advice: Advice) -> list[str]:
     """Every contender's test at every look of the confirmation, one line each, with its decision."""
     if not advice.looks:
@@ -482,6 +499,7 @@ def advice_text(advice: Advice, use: Candidate, source_kind: str,
             f"ADOPT {use.label}: on fresh seeds it beats ERM on the test hard tier at the stated error rate "
             f"(adopting a configuration no better than ERM happens at most {100 * advice.design.alpha:g}% of "
             "the time) and costs no more than ERM's seed standard error overall.",
+            *_adopt_limits(advice),
             "",
             f"Use it: {where}:",
             "",
