@@ -47,7 +47,7 @@ from scipy import special, stats
 
 from mr2.report.tiers import assign_tiers
 from mr2.tune.candidates import candidates
-from mr2.tune.design import BASELINE_DESIGN, DEFAULT_DESIGN, Design, Plan, Request
+from mr2.tune.design import DEFAULT_DESIGN, Design, Plan, Request
 from mr2.tune.selection import ValidationFigures, choose, split_halves
 from mr2.tune.verdict import CONTRADICTED, SeedFigures
 
@@ -460,6 +460,10 @@ def _race(selection: tuple[int, ...], keep: tuple[int, ...], contenders: int, lo
                     confirmation_looks=looks, spending=spending, futility=futility)  # type: ignore[arg-type]
     return design, selection[-1], looks[-1]
 
+
+#: ``mr2 tune`` before issue 37 with the advice gated on ``confirmed`` (one selection round, ``choose``'s
+#: recommendation confirmed on every confirmation seed; ERM alone still trained there when chosen).
+BASELINE_DESIGN = Design(gate="margin", reference_alone=True)
 
 #: name -> (design, selection pool size, confirmation pool size). ``sA,BkC``: selection stages at A
 #: then B seeds per candidate, C kept after the first; ``mM``: M contenders confirmed; ``LX,Y``:
