@@ -497,6 +497,9 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     "pooled-maxt-pocock": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t",
                                    spending="pocock"), 3, 9),
     "noguard": (replace(DEFAULT_DESIGN, selection_guard="none"), 3, 9),
+    # Issue 44: seeds for the candidates still in doubt (three racing stages, the same trainings).
+    "s1,2,3k9,5": (replace(DEFAULT_DESIGN, selection_looks=(1, 2, 3), keep=(9, 5)), 3, 9),
+    "s1,2,3k10,6": (replace(DEFAULT_DESIGN, selection_looks=(1, 2, 3), keep=(10, 6)), 3, 9),
     "pooled-maxt-noguard": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t",
                                     selection_guard="none"), 3, 9),
 }
