@@ -50,14 +50,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mr2.report.exceptions import PredictionsError
-from mr2.report.limits import DEFAULT_MAX_CLASSES
-from mr2.report.predictions import NOT_FINITE, read_predictions
+from mr2.io import open_text_no_follow
 from mr2.sweep.processes import start_subprocess
 from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult, run_stored_trials
-from mr2.tune.trials import SPLITS, Predictions, Trial, TrialPredictions, TrialStore
+from mr2.tune.trials import SPLITS, Trial, TrialPredictions, TrialStore, read_trial_file
 
 __all__ = [
     "ENVIRONMENT",
@@ -113,7 +111,6 @@ NO_PREDICTIONS = (
     "trial {trial}: the command wrote no predictions: {path} is missing; it must write val.npz and "
     "test.npz into {{out}} (log: {log})"
 )
-_BAD_PREDICTIONS = "trial {trial}: {error} (log: {log})"
 _STOPPED = "trial {trial} was not started: tune is stopping"
 TIMED_OUT = (
     "trial {trial}: the command ran longer than --trial-timeout {seconds:g} s and was stopped (log: {log})"
@@ -126,7 +123,6 @@ STOP_GRACE = 2.0
 LEADER_MARGIN = 5.0
 
 
-_NON_FINITE_PART = NOT_FINITE.split("{count}")[1].split("(")[0]  # " non-finite value"
 #: Lines of a failed trial's log quoted in its failure.
 LOG_TAIL_LINES = 3
 
@@ -391,7 +387,7 @@ class CommandSource:
             (out / f"{split}.npz").unlink(missing_ok=True)
         command = self.shell_command(trial)
         env = {**os.environ, **self.environment(trial)}
-        with open(log, "w", encoding="utf-8") as handle:
+        with open_text_no_follow(log) as handle:  # a train.log link is refused, never written through
             handle.write(f"$ {self.command(trial)}\n")
             handle.flush()
             with _LOCK:
@@ -421,16 +417,10 @@ class CommandSource:
         splits = {}
         for split in SPLITS:
             path = out / f"{split}.npz"
-            if not path.is_file():
+            if not os.path.lexists(path):  # a FIFO or a directory there is no "missing" file: the reader says
                 raise TrialFailed(NO_PREDICTIONS.format(trial=trial.name, path=path, log=log) + _tail(log))
-            try:
-                item = read_predictions(path, max_classes=max(self.store.num_classes, DEFAULT_MAX_CLASSES))
-            except PredictionsError as error:
-                # Non-finite logits: a diverged model, the trial failed; anything else is bad input.
-                kind = TrialFailed if _NON_FINITE_PART in str(error) else TrialError
-                raise kind(_BAD_PREDICTIONS.format(trial=trial.name, error=error, log=log)) from None
-            splits[split] = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
-                             else Predictions(item.y_true, y_pred=item.y_pred))
+            # The one reader of a trial's file, fresh or stored (bounded; integer ids; finite logits).
+            splits[split] = read_trial_file(trial, split, path, self.store.num_classes, log)
         return TrialPredictions(val=splits["val"], test=splits["test"])
 
 

@@ -10,12 +10,14 @@ Layout of ``<output_dir>/<name>/``::
 A batch of trials becomes :func:`mr2.sweep.runner.run_points` (or
 :func:`mr2.sweep.cluster.submit_points` with ``launcher: slurm``) over their run points; a run that
 finished (now or earlier) gives the trial's predictions from ``predictions/val.npz`` and
-``predictions/test.npz``; a run that failed, was refused (finished with another configuration) or
+``predictions/test.npz`` (read as every trial's are: :func:`mr2.tune.trials.read_trial_file`,
+bounded and checked); a run that failed, was refused (finished with another configuration) or
 is owned by another process gives a failed trial naming its log.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +36,10 @@ from mr2.sweep.run import prepare_sweep
 from mr2.sweep.runner import run_points
 from mr2.sweep.spec import RESERVED_KEYS
 from mr2.tune.candidates import REFERENCE_LABEL
-from mr2.tune.errors import TuneInputError
+from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult
-from mr2.tune.trials import SPLITS, Trial
+from mr2.tune.trials import SPLITS, Trial, read_trial_file
 
 __all__ = [
     "BAD_COUNT",
@@ -191,13 +193,17 @@ class EngineSource:
         predictions = {}
         for split in SPLITS:
             file = point.run_dir / PREDICTIONS_DIR / f"{split}.npz"
-            if not file.is_file():
+            if not os.path.lexists(file):
                 failure = NO_PREDICTIONS.format(run=point.run_dir, file=f"{PREDICTIONS_DIR}/{split}.npz")
                 return TrialResult(trial, None, failure=failure, log=log, seconds=seconds)
-            with np.load(file, allow_pickle=False) as data:
-                predictions[split] = (data["y_true"].astype(np.int64), data["y_pred"].astype(np.int64))
-        if self._classes is None:
-            self._classes = point.directory.read_final().num_classes
+            if self._classes is None:
+                self._classes = point.directory.read_final().num_classes
+            try:  # the bounded, checked reader of every trial's predictions (a damaged file: failed)
+                item = read_trial_file(trial, split, file, self._classes, log)
+            except TrialError as error:
+                return TrialResult(trial, None, failure=str(error), log=log, seconds=seconds)
+            y_pred = item.y_pred if item.logits is None else np.argmax(item.logits, axis=1)
+            predictions[split] = (np.asarray(item.y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64))
         return TrialResult(trial, predictions, log=log, seconds=seconds, reused=reused)
 
 

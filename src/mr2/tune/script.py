@@ -35,7 +35,14 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset, RandomSampler, Subset
+from torch.utils.data import (
+    BatchSampler,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+    Subset,
+)
 
 from mr2.io import atomic_write_bytes
 from mr2.tune.errors import TuneInputError
@@ -98,6 +105,9 @@ QUOTED_HINT = (
     " (if mr2 tune ran this, write the placeholder {loss} unquoted in --command: mr2 quotes it itself)"
 )
 _SEED_FLAG = "--seed must be an integer >= 0; got {value!r}"
+OUT_UNUSABLE = (
+    "--out {path} cannot be used as a directory: {reason}; give the directory mr2 tune's {{out}} names"
+)
 OUT_IS_FILE = "--out {path} is a file; give a directory for val.npz and test.npz (mr2 tune's {{out}})"
 
 # write_predictions
@@ -109,7 +119,13 @@ LOADER_SHUFFLES = (
     "the {split} loader shuffles (shuffle=True); every trial must predict the same {split} samples in the "
     "same order: build it with shuffle=False"
 )
-LOADER_EMPTY = "the {split} loader yielded no batch; it must yield (inputs, labels) pairs"
+#: A sampler other than a sequential one: its order may change between calls or trials.
+LOADER_SAMPLER = (
+    "the {split} loader's {attribute} is {kind}, whose order may differ between trials; every trial must "
+    "predict the same {split} samples in the same order: build it with shuffle=False and no sampler (or "
+    "a list of indices)"
+)
+LOADER_EMPTY = "the {split} loader yielded no sample; it must yield (inputs, labels) pairs, at least one"
 NOT_PAIRS = (
     "the {split} loader's batch {index} is {kind}; write_predictions needs (inputs, labels) pairs, as a "
     "DataLoader over a dataset of (input, class id) yields"
@@ -325,7 +341,12 @@ def _seed(text: str) -> int:
 
 def _out(text: str) -> Path:
     path = Path(text)
-    if path.exists() and not path.is_dir():
+    try:
+        is_file = path.exists() and not path.is_dir()
+    except (OSError, ValueError) as error:  # a name too long, a NUL byte
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise argparse.ArgumentTypeError(OUT_UNUSABLE.format(path=_short(text), reason=reason)) from None
+    if is_file:
         raise argparse.ArgumentTypeError(OUT_IS_FILE.format(path=path))
     return path
 
@@ -409,11 +430,36 @@ def _logits(output: Any, split: str, index: int) -> torch.Tensor:
     return output.detach().to("cpu")
 
 
+def _sampler_problem(sampler: Any) -> str:
+    """Why a loader's sampler may not give one fixed order ("" when it does): a SequentialSampler, a
+    list, tuple or range of indices and an iterable dataset's sampler do; anything else may not
+    (RandomSampler, SubsetRandomSampler, WeightedRandomSampler, a shuffling DistributedSampler, a
+    sampler of your own)."""
+    if sampler is None or isinstance(sampler, (SequentialSampler, list, tuple, range)):
+        return ""
+    if type(sampler).__name__ == "_InfiniteConstantSampler":  # an IterableDataset: its own order
+        return ""
+    if isinstance(sampler, DistributedSampler) and not sampler.shuffle:
+        return ""
+    if isinstance(sampler, BatchSampler):
+        return _sampler_problem(sampler.sampler)
+    return f"a {type(sampler).__name__}"
+
+
+def _check_order(loader: Any, split: str) -> None:
+    """Refuse a loader whose sampler or batch sampler may not give the same order every time."""
+    if isinstance(getattr(loader, "sampler", None), RandomSampler):
+        raise TuneInputError(LOADER_SHUFFLES.format(split=split))
+    for attribute in ("sampler", "batch_sampler"):
+        problem = _sampler_problem(getattr(loader, attribute, None))
+        if problem:
+            raise TuneInputError(LOADER_SAMPLER.format(split=split, kind=problem, attribute=attribute))
+
+
 def _predict(model: nn.Module, loader: Iterable[Any], split: str, device: torch.device,
              logits_of: Callable[[Any], Any] | None, num_classes: int | None
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(getattr(loader, "sampler", None), RandomSampler):
-        raise TuneInputError(LOADER_SHUFFLES.format(split=split))
+    _check_order(loader, split)
     labels: list[torch.Tensor] = []
     scores: list[torch.Tensor] = []
     width = num_classes
@@ -438,9 +484,10 @@ def _predict(model: nn.Module, loader: Iterable[Any], split: str, device: torch.
             raise TuneInputError(NOT_FINITE.format(split=split, index=index))
         labels.append(target)
         scores.append(logits)
-    if not labels:
+    empty = (torch.zeros(0), torch.zeros(0))
+    y_true, y_scores = (torch.cat(labels), torch.cat(scores)) if labels else empty
+    if not y_true.numel():  # no batch, or only empty ones
         raise TuneInputError(LOADER_EMPTY.format(split=split))
-    y_true, y_scores = torch.cat(labels), torch.cat(scores)
     low, high = int(y_true.min()), int(y_true.max())
     if low < 0 or high >= y_scores.shape[1]:
         raise TuneInputError(LABEL_OUT_OF_RANGE.format(split=split, value=low if low < 0 else high,

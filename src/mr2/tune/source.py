@@ -174,6 +174,12 @@ def run_stored_trials(
         if store.is_finished(trial):
             try:
                 stored = store.read(trial)
+            except TrialFailed as failed:  # stored non-finite logits: failed, as the fresh trial would
+                store.forget(trial)
+                results[trial.key] = TrialResult(trial, None, failure=str(failed), log=log(trial),
+                                                 reused=True)
+                print(f"reused {trial.name} FAILED ({failed})", file=out, flush=True)
+                continue
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
                 # Finished, but its predictions are gone or damaged: train it again, saying so.
                 store.forget(trial)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mr2.io import atomic_write_bytes, atomic_write_json
+from mr2.io import atomic_write_bytes, atomic_write_json, read_bounded
 from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed
 
@@ -49,6 +49,7 @@ __all__ = [
     "TrialPredictions",
     "TrialStore",
     "check_trial_predictions",
+    "read_trial_file",
 ]
 
 #: The phases of a tune.
@@ -56,6 +57,8 @@ PHASES = ("selection", "confirmation")
 #: The splits a trial predicts.
 SPLITS = ("val", "test")
 TRIAL_RECORD = "trial.json"
+#: The largest trial.json read (one is a few hundred bytes; a longer one is damaged).
+MAX_RECORD_BYTES = 1_000_000
 
 WRONG_TYPE = (
     "trial {trial}: the training code returned {kind}; it must return mr2.tune.TrialPredictions(val=..., "
@@ -229,6 +232,38 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
     return StoredTrial(trial, y_true, y_pred, logits)
 
 
+def read_trial_file(trial: Trial, split: str, path: Path, num_classes: int, log: Path | None = None
+                    ) -> Predictions:
+    """One split's predictions file of a trial, fresh (a command's ``{out}/val.npz``) or stored (a
+    resumed tune's ``trials/.../val.npz``): the one reader of both, ``mr2 report --predictions``'s
+    (:func:`mr2.report.predictions.read_predictions`: what the archive declares is bounded before any
+    array is loaded, a FIFO or a directory is refused without opening it), with integer class ids and
+    the checks of :func:`check_trial_predictions` (K, shapes, ids in range, finite logits).
+
+    Raises:
+        TrialFailed: non-finite logits (a diverged model: the candidate is ruled out).
+        TrialError: anything else (unreadable, too large, wrong keys, dtypes, shapes or K), naming the
+            trial, the file and ``log``.
+    """
+    from mr2.report.exceptions import PredictionsError
+    from mr2.report.limits import DEFAULT_MAX_CLASSES
+    from mr2.report.predictions import NOT_FINITE, read_predictions
+
+    try:
+        item = read_predictions(path, max_classes=max(num_classes, DEFAULT_MAX_CLASSES), integer_ids=True)
+    except PredictionsError as error:
+        # Non-finite logits: a diverged model, the trial failed; anything else is bad input.
+        diverged = NOT_FINITE.split("{count}")[1].split("(")[0] in str(error)
+        raise (TrialFailed if diverged else TrialError)(f"trial {trial.name}: {error}{_log(log)}") from None
+    predictions = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
+                   else Predictions(item.y_true, y_pred=item.y_pred))
+    problem = _split_problem(item.y_true, predictions.y_pred, predictions.logits, num_classes)
+    if problem:
+        raise (TrialFailed if problem == NON_FINITE else TrialError)(
+            _BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
+    return predictions
+
+
 def _ids_dtype(num_classes: int) -> type[np.integer[Any]]:
     return np.int16 if num_classes <= np.iinfo(np.int16).max else np.int32
 
@@ -338,7 +373,7 @@ class TrialStore:
     def _load_record(file: Path) -> tuple[dict[str, Any] | None, str]:
         """``(record, "")``, or ``(None, why)`` when the file is not a readable JSON object."""
         try:
-            found = json.loads(file.read_text())
+            found = json.loads(read_bounded(file, MAX_RECORD_BYTES))  # a FIFO or a huge file: refused
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
             return None, f"{type(error).__name__}: {str(error).splitlines()[0][:80] if str(error) else ''}"
         if not isinstance(found, dict):
@@ -461,13 +496,18 @@ class TrialStore:
 
     def read(self, trial: Trial, splits: Sequence[str] = SPLITS) -> dict[str, tuple[NDArray[np.int64],
                                                                                     NDArray[np.int64]]]:
-        """``split -> (y_true, y_pred)`` of a finished trial, reading only the given splits' files."""
+        """``split -> (y_true, y_pred)`` of a finished trial, reading only the given splits' files
+        through the bounded, checked reader of a fresh trial's (:func:`read_trial_file`).
+
+        Raises:
+            TrialFailed: stored non-finite logits (the trial failed, as it would fresh).
+            TrialError: a stored file that cannot be used (missing, too large, a FIFO, corrupt...).
+        """
         result = {}
         for split in splits:
-            with np.load(self.path(trial) / f"{split}.npz", allow_pickle=False) as data:
-                y_true = data["y_true"].astype(np.int64)
-                y_pred = (np.argmax(data["logits"], axis=1) if "logits" in data.files else data["y_pred"])
-                result[split] = (y_true, y_pred.astype(np.int64))
+            item = read_trial_file(trial, split, self.path(trial) / f"{split}.npz", self.num_classes)
+            y_pred = item.y_pred if item.logits is None else np.argmax(item.logits, axis=1)
+            result[split] = (np.asarray(item.y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64))
         return result
 
     def validation(self, trial: Trial) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
