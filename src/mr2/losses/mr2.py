@@ -14,7 +14,8 @@ they cost nothing otherwise):
 - ``"mr2.temperatures"``: the moments, the distance margin and the per-class logit temperatures
   (additive margins with ``logit_margin="additive"``);
 - ``"mr2.logit_loss"``: the logit margin term;
-- ``"mr2.representation_margin"``: the representation margin term (absent when ``lambda_rep = 0``).
+- ``"mr2.representation_margin"``: the representation margin term (absent when ``lambda_rep = 0`` and in
+  a training step whose features need no gradient, e.g. a linear probe).
 """
 
 from __future__ import annotations
