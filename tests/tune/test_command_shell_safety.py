@@ -46,8 +46,9 @@ def marker():
     ("python t.py {loss} {seed} --out `echo {out}`", "out"),
     ("python t.py {loss} {seed} --out \\{out}", "out"),
     ('python t.py {loss} {seed} --out "$(echo "x" ) {out}"', "out"),
+    ("python t.py {seed} --out {out} --loss $(( {loss} ))", "loss"),
 ], ids=["sh-c-double", "bash-lc-single", "single-mid-word", "nested", "escaped-quotes-in-double", "ansi-c",
-        "backticks", "backslash", "double-after-substitution"])
+        "backticks", "backslash", "double-after-substitution", "loss-in-arithmetic"])
 def test_a_placeholder_inside_quotes_is_refused_wherever_it_sits(tmp_path, capsys, template, name):
     """Today only a quote right next to the placeholder was seen: `sh -c "... --out {out} ..."` passed."""
     for dry in ((), ("--dry-run",)):
@@ -69,6 +70,18 @@ def test_a_placeholder_inside_quotes_is_refused_wherever_it_sits(tmp_path, capsy
         "env-braces"])
 def test_placeholders_outside_quotes_and_the_environment_variables_are_accepted(template):
     assert check_command(template) == template
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "bash"])
+def test_seed_in_arithmetic_is_a_number_and_braces_stay_literal(tmp_path, shell):
+    request = make_request(num_classes=K, candidates="quick", output_dir=tmp_path, name="c")
+    source = command_source("printf '%s\\n' $(( {seed} + 100 )) \"$(( ({seed}) * 2 ))\" {out} {loss} '{{x}}'", request)
+    trial = request.trial("selection", "erm", 7)
+    env = {**os.environ, **source.environment(trial)}
+    printed = subprocess.run([shell, "-c", source.shell_command(trial)], env=env, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    assert printed[:2] == ["107", "14"] and printed[2] == str(source.store.path(trial) / "output")
+    assert printed[4] == "{x}"
 
 
 def _run(source, trial) -> subprocess.CompletedProcess[str]:

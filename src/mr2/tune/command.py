@@ -12,7 +12,8 @@ holds them (:data:`ENVIRONMENT`: ``MR2_LOSS``, ``MR2_SEED``, ``MR2_OUT``) and ea
 a double-quoted reference to its variable (``{out}`` runs as ``"$MR2_OUT"``): one word, whatever the
 value holds. That holds only outside quotes, so :func:`check_command` refuses a placeholder inside
 quotes of any kind (a quote-aware scan of the template: ``sh -c "... {out} ..."`` is refused; in a nested
-shell's quoted script write ``"$MR2_OUT"`` instead, which also stands for the placeholder). As a second
+shell's quoted script write ``"$MR2_OUT"`` instead, which also stands for the placeholder; ``{seed}``
+may sit inside ``$((...))``, where it runs as the number ``$MR2_SEED``). As a second
 guard, an output directory or name holding ``$``, a backtick or a control character is refused
 (:data:`UNSAFE_OUTPUT`), so even a template that runs a value as code (``eval``) cannot start a command
 substitution from it.
@@ -140,8 +141,9 @@ def _tail(log: Path) -> str:
 
 def _placeholder_contexts(parsed: list[tuple[str, str | None, str | None, str | None]]) -> list[str]:
     """Where each placeholder of a parsed template sits, for a POSIX shell (bash's ``$'...'`` too):
-    ``"command"`` (unquoted, at the top or inside ``$(...)``: a ``"$VAR"`` reference there is one word)
-    or ``"quotes"`` (inside '...', "...", $'...', `...` or ${...}, or right after a backslash).
+    ``"command"`` (unquoted, at the top or inside ``$(...)``: a ``"$VAR"`` reference there is one word),
+    ``"arith"`` (inside ``$((...))``, where a plain ``$VAR`` is read as a number) or ``"quotes"``
+    (inside '...', "...", $'...', `...` or ${...}, or right after a backslash).
 
     A scan of the literal text with a stack of contexts: single quotes end at the next ``'``; double
     quotes honour backslash escapes and open ``$(`` / ``${`` / backticks; ``$(`` opens a fresh command
@@ -149,8 +151,9 @@ def _placeholder_contexts(parsed: list[tuple[str, str | None, str | None, str | 
 
     Example:
         >>> import string
-        >>> _placeholder_contexts(list(string.Formatter().parse("sh -c 'run {out}' {seed} $(cat {loss})")))
-        ['quotes', 'command', 'command']
+        >>> parsed = string.Formatter().parse("sh -c 'run {out}' $(cat {loss}) $(({seed}+1))")
+        >>> _placeholder_contexts(list(parsed))
+        ['quotes', 'command', 'arith']
     """
     modes = ["command"]  # the open contexts, innermost last
     depths = [0]  # open parentheses in each context
@@ -189,12 +192,26 @@ def _placeholder_contexts(parsed: list[tuple[str, str | None, str | None, str | 
                     pop()
                 elif char == "`" or (mode == "param" and char in "'\""):
                     push(opens[char])
+                elif char == "$" and literal.startswith("$((", i):
+                    push("arith")
+                    i += 2
                 elif char == "$" and following in ("(", "{"):
                     push(dollar[following])
+                    i += 1
+            elif mode == "arith":
+                if char == "(":
+                    depths[-1] += 1
+                elif char == ")" and depths[-1]:
+                    depths[-1] -= 1
+                elif char == ")" and following == ")":
+                    pop()
                     i += 1
             else:  # "command" (the top) or "subst" (inside $(...))
                 if char in opens:
                     push(opens[char])
+                elif char == "$" and literal.startswith("$((", i):
+                    push("arith")
+                    i += 2
                 elif char == "$" and following in dollar:
                     push(dollar[following])
                     i += 1
@@ -211,8 +228,8 @@ def _placeholder_contexts(parsed: list[tuple[str, str | None, str | None, str | 
             previous = char
             i += 1
         if field is not None:
-            quoted = escaped or modes[-1] not in ("command", "subst")
-            contexts.append("quotes" if quoted else "command")
+            quoted = escaped or modes[-1] not in ("command", "subst", "arith")
+            contexts.append("quotes" if quoted else "arith" if modes[-1] == "arith" else "command")
             escaped = False
             previous = "x"  # a placeholder is a word's text
     return contexts
@@ -255,7 +272,7 @@ def check_command(template: str) -> str:
             extra = (f"!{conversion}" if conversion else "") + (f":{spec[:20]}" if spec else "")
             raise TuneInputError(FORMAT_SPEC.format(shown="{" + field + extra + "}", name=field))
     for field, context in zip(fields, _placeholder_contexts(parsed), strict=True):
-        if context != "command":
+        if context == "quotes" or (context == "arith" and field != "seed"):  # {seed} alone is a number
             raise TuneInputError(QUOTED_PLACEHOLDER.format(name=field))
     text = "".join(literal for literal, _, _, _ in parsed)  # what the shell sees, less the placeholders
     missing = [f"{{{name}}}" for name in PLACEHOLDERS
@@ -362,9 +379,18 @@ class CommandSource:
 
     def shell_command(self, trial: Trial) -> str:
         """What ``/bin/sh -c`` runs: the template with each placeholder a double-quoted reference to its
-        environment variable (``{out}`` -> ``"$MR2_OUT"``), the same for every trial; the values are in
-        :meth:`environment`, so no shell ever parses them."""
-        return self.template.format(**{name: f'"${variable}"' for name, variable in ENVIRONMENT.items()})
+        environment variable (``{out}`` -> ``"$MR2_OUT"``; ``{seed}`` inside ``$((...))`` -> ``$MR2_SEED``,
+        a number there), the same for every trial; the values are in :meth:`environment`, so no shell
+        ever parses them."""
+        parsed = list(string.Formatter().parse(self.template))
+        contexts = iter(_placeholder_contexts(parsed))
+        parts = []
+        for literal, field, _, _ in parsed:
+            parts.append(literal)
+            if field is not None:
+                reference = f"${ENVIRONMENT[field]}"
+                parts.append(reference if next(contexts) == "arith" else f'"{reference}"')
+        return "".join(parts)
 
     def environment(self, trial: Trial) -> dict[str, str]:
         """The variables added to a trial's environment: each placeholder's value, and the trial's name."""
