@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mr2.extras import needs_extra
+from mr2.report.disparity import DisparityReport
 from mr2.report.exceptions import ReportError
 
 if TYPE_CHECKING:
@@ -141,16 +142,14 @@ def per_class_frame(source: Any, *, runs: bool = False) -> pandas.DataFrame:
         ModuleNotFoundError: pandas is not installed (``pip install 'mr2[pandas]'``).
         ReportError: ``source`` is none of the above, or a path without a report.
     """
-    from mr2.report.comparison import Comparison
-    from mr2.report.disparity import DisparityReport
-    from mr2.report.writer import ReportOutput
-
-    if isinstance(source, ReportOutput):
+    # Comparison and ReportOutput are recognised by what they hold, not imported: both of their
+    # modules reach this one (their per_class_frame methods), and an import back would be a cycle.
+    if hasattr(source, "comparison") and hasattr(source, "markdown"):  # a ReportOutput
         source = source.comparison
-    if isinstance(source, Comparison):
-        return _frame_from_report_dict(source.to_dict(), runs=runs)
     if isinstance(source, DisparityReport):
         return _frame_from_disparity(source)
+    if all(hasattr(source, name) for name in ("reference", "methods", "to_dict")):  # a Comparison
+        return _frame_from_report_dict(source.to_dict(), runs=runs)
     if isinstance(source, (str, Path)):
         return _frame_from_report_dict(_report_json(Path(source)), runs=runs)
     if hasattr(source, "report_dir") and hasattr(source, "recommendation_file"):  # a TuneResult
