@@ -230,3 +230,15 @@ def test_retrain_with_config_is_one_line(tmp_path, capsys):
     code = main(["tune", "--config", str(tmp_path / "run.yaml"), "--retrain", "--output-dir", str(tmp_path / "o")])
     err = _one_line(capsys.readouterr().err)
     assert code == 2 and "--retrain applies to --command" in err and not (tmp_path / "o").exists()
+
+
+def test_a_partials_bound_arguments_are_part_of_the_record():
+    def train(candidate, seed, lr, data=None):
+        raise AssertionError("not called")
+
+    first = function_identity(functools.partial(train, lr=0.1, data=object()))
+    assert first["function"].endswith("train(data=<object>, lr=0.1)")
+    assert first == function_identity(functools.partial(train, lr=0.1, data=object()))  # no memory address
+    assert first["function"] != function_identity(functools.partial(train, lr=0.2, data=object()))["function"]
+    assert function_identity(functools.partial(functools.partial(train, 1), lr=(1, "a")))["function"].endswith(
+        "train(1, lr=(1, 'a'))")

@@ -102,7 +102,8 @@ def tune(
         TuneSelectionError: ERM failed, or no choice could be made.
 
     Running the same call again reuses every finished trial (resume). Each trial records what trained
-    it: ``train_fn``'s ``module.qualname`` and either ``version`` or a digest of ``train_fn``'s source.
+    it: ``train_fn``'s ``module.qualname`` (with the numbers and strings a ``functools.partial`` binds)
+    and either ``version`` or a digest of ``train_fn``'s source.
     A call whose record differs from the stored trials' (another function, an edited one, another
     version) is refused before any trial runs (a :class:`TrialError` naming the difference): pass
     another ``name``, or ``retrain=True``. A wrapper made with ``functools.wraps(train_fn)`` keeps

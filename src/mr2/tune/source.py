@@ -296,12 +296,28 @@ BAD_VERSION = (
 MAX_VERSION_LENGTH = 1000
 
 
+def _plain(value: Any) -> str:
+    """A bound argument as recorded: the repr of a number, string, bool, None or a tuple / list of them;
+    the type's name for anything else (whose repr may hold a memory address that differs every run)."""
+    simple = (bool, int, float, str, type(None))
+    if isinstance(value, simple):
+        return repr(value)
+    if isinstance(value, (tuple, list)) and all(isinstance(item, simple) for item in value):
+        return repr(value)
+    return f"<{type(value).__name__}>"
+
+
 def _callable_name(fn: Any) -> str:
-    """``module.qualname`` of a function (of a ``functools.partial``'s function; of a callable's class)."""
+    """``module.qualname`` of a function (of a ``functools.partial``'s function, with the arguments it
+    binds: ``mod.train(lr=0.1)``; of a callable's class)."""
+    bound: list[str] = []
     while isinstance(fn, functools.partial):
+        keywords = [f"{key}={_plain(value)}" for key, value in sorted(fn.keywords.items())]
+        bound = [*map(_plain, fn.args), *keywords, *bound]
         fn = fn.func
     target = fn if hasattr(fn, "__qualname__") else type(fn)
-    return f"{getattr(target, '__module__', None) or '?'}.{getattr(target, '__qualname__', '?')}"
+    name = f"{getattr(target, '__module__', None) or '?'}.{getattr(target, '__qualname__', '?')}"
+    return f"{name}({', '.join(bound)})" if bound else name
 
 
 def _source_digest(fn: Any) -> str | None:
