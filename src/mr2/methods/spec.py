@@ -34,6 +34,7 @@ from torch import nn
 
 from mr2.checks import is_int
 from mr2.errors import MR2Error
+from mr2.memory import allocatable_bytes
 from mr2.methods.base import MethodContext, TrainingMethod
 
 __all__ = [
@@ -284,8 +285,6 @@ def _free_bytes(device: torch.device) -> int | None:
         except (RuntimeError, AssertionError):
             return None
     if device.type == "cpu":
-        from mr2.report.limits import allocatable_bytes
-
         return allocatable_bytes()
     return None
 

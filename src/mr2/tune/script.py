@@ -45,6 +45,7 @@ from torch.utils.data import (
 )
 
 from mr2.io import atomic_write_bytes
+from mr2.memory import allocatable_bytes
 from mr2.tune.errors import TuneInputError
 from mr2.tune.loss_spec import parse_loss_spec
 from mr2.value_types import is_int, is_number
@@ -170,25 +171,7 @@ def _short(value: Any) -> str:
 # --------------------------------------------------------------------------------------------- split
 
 
-def _allocatable_bytes() -> int | None:
-    """What this process can still allocate: the smaller of the system's available memory and the
-    container's headroom (cgroup v2); None where neither is known. (The report's
-    :func:`mr2.report.limits.allocatable_bytes`, read here without importing the report package.)"""
-    known = []
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    known.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            known.append(max(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()), 0))
-    except (OSError, ValueError):
-        pass
-    return min(known) if known else None
+_allocatable_bytes = allocatable_bytes  # module attribute: tests replace it
 
 
 def _gigabytes(count: float) -> str:
