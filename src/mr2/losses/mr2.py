@@ -11,8 +11,9 @@ on :class:`mr2.losses.released.ReleasedMR2Loss`, not here.
 they cost nothing otherwise):
 
 - ``"mr2.statistics_update"``: input checks and the class statistics' update;
-- ``"mr2.temperatures"``: the moments, the distance margin and the per-class logit temperatures
-  (additive margins with ``logit_margin="additive"``);
+- ``"mr2.temperatures"``: the moments, the distance margin (left to :attr:`MR2Loss.parts` in a training
+  step whose features need no gradient) and the per-class logit temperatures (additive margins with
+  ``logit_margin="additive"``);
 - ``"mr2.logit_loss"``: the logit margin term;
 - ``"mr2.representation_margin"``: the representation margin term (absent when ``lambda_rep = 0`` and in
   a training step whose features need no gradient, e.g. a linear probe).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -32,6 +34,7 @@ from mr2 import distributed
 from mr2.checks import (
     CheckValues,
     MR2InputError,
+    _sum_of,
     check_classification_inputs,
     check_statistics_finite,
     is_int,
@@ -62,6 +65,13 @@ PROFILER_LABELS = (
     "mr2.logit_loss",
     "mr2.representation_margin",
 )
+
+
+def _sum_is_finite(logits: torch.Tensor, guard: torch.Tensor) -> bool:
+    """One host read: ``sum(logits) + guard`` is finite (then both are; a False may be an overflow of
+    finite values, for the exact check to decide)."""
+    with torch.no_grad():
+        return math.isfinite(float(_sum_of(logits) + guard))
 
 
 def _label(name: str) -> contextlib.AbstractContextManager[Any]:
@@ -320,12 +330,36 @@ class MR2Loss(nn.Module):
         self.check_values: CheckValues = check_values
         #: Set to False to train with logit temperatures 1 (e.g. during warm-up epochs).
         self.gammas_enabled = True
-        self.parts: MR2LossParts | None = None
+        self._parts: MR2LossParts | None = None
+        # A training step that leaves the representation term out defers what only the parts need
+        # (see :attr:`parts`): (total, logit term, gamma, s_k of the margin, seen), all detached.
+        self._deferred_parts: tuple[torch.Tensor, ...] | None = None
         #: Whether the last call left out the representation term (a training step whose features need
         #: no gradient; see :meth:`forward`).
         self.representation_skipped = False
         #: Warns once when the features collapse (:mod:`mr2.losses.collapse`); None switches it off.
         self.collapse_guard: CollapseGuard | None = CollapseGuard(self.num_classes)
+
+    @property
+    def parts(self) -> MR2LossParts | None:
+        """:class:`MR2LossParts` of the last call (None before the first).
+
+        After a training step that left the representation term out (:meth:`forward`), the NaN of
+        ``representation`` and the ``margin`` are computed here, when first read, from tensors the
+        step kept (the statistics' values of that step, whatever happened to them since): such a step
+        does not spend operations on what only logging reads.
+        """
+        if self._parts is None and self._deferred_parts is not None:
+            total, logit_term, gamma, margin_spread, seen = self._deferred_parts
+            margin = 2.0 * self.statistics.mean_spread(margin_spread, seen)
+            rep_term = logit_term.new_full((), float("nan"))
+            self._parts = MR2LossParts(total, logit_term, rep_term, gamma, margin)
+            self._deferred_parts = None
+        return self._parts
+
+    @parts.setter
+    def parts(self, value: MR2LossParts | None) -> None:
+        self._parts, self._deferred_parts = value, None
 
     @classmethod
     def from_variant(cls, variant: str, num_classes: int, **overrides: Any) -> MR2Loss:
@@ -386,9 +420,7 @@ class MR2Loss(nn.Module):
         ``"spread"`` allocation, at least twice (the spread of a class seen once is 0).
         """
         ready = stat.sum() > 0
-        needed = self.warmup_samples_per_class
-        if self.allocation == "spread":
-            needed = max(needed or 0, 2)
+        needed = self._warmup_needed()
         if needed is not None:
             ready = ready & (self.statistics.samples_seen >= needed).all()
         if not self.gammas_enabled:
@@ -404,7 +436,23 @@ class MR2Loss(nn.Module):
         """
         stat = self.allocation_statistic(moments)
         gamma = gamma_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_logit_temperature)
-        return torch.where(self._ready(stat) & torch.isfinite(gamma), gamma, torch.ones_like(gamma))
+        if not self.gammas_enabled:
+            return torch.ones_like(gamma)
+        # The values of torch.where(self._ready(stat) & isfinite(gamma), gamma, 1) in fewer operations:
+        # _ready's "stat.sum() > 0" needs no test of its own here, since stat >= 0 and a sum that is 0 or
+        # NaN makes root.sum() 0 or NaN in gamma_allocation, so every gamma is NaN (clamp_min keeps NaN).
+        keep = torch.isfinite(gamma)
+        needed = self._warmup_needed()
+        if needed is not None:
+            keep = keep & (self.statistics.samples_seen >= needed).all()
+        return torch.where(keep, gamma, 1.0)
+
+    def _warmup_needed(self) -> int | None:
+        """Observations of every class before the logit margins apply (None: no wait)."""
+        needed = self.warmup_samples_per_class
+        if self.allocation == "spread":
+            needed = max(needed or 0, 2)
+        return needed
 
     def additive_margins(
         self, moments: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -423,13 +471,15 @@ class MR2Loss(nn.Module):
         stats = self.statistics
         return stats.spread_l2() if stats.norm_p != 2.0 else spread
 
-    def distance_margin(self, spread: torch.Tensor | None = None) -> torch.Tensor:
+    def distance_margin(
+        self, spread: torch.Tensor | None = None, seen: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """0-dim ``2 * s_bar``.
 
         ``spread``: the [K] ``s_k`` of ``statistics.moments()`` if already computed this step (used
-        when the statistics are in the L2 norm).
+        when the statistics are in the L2 norm); ``seen``: ``statistics.seen()`` if already computed.
         """
-        return 2.0 * self.statistics.mean_spread(self._margin_spread(spread))
+        return 2.0 * self.statistics.mean_spread(self._margin_spread(spread), seen)
 
     def distance_temperature_value(self, feature_dim: int) -> float:
         """The distance temperature ``T`` for features of width ``feature_dim``."""
@@ -531,15 +581,32 @@ class MR2Loss(nn.Module):
             # so with a pending update only the logits need their own finiteness pass.
             inputs = {"logits": logits} if pending is not None else {"logits": logits, "features": features}
             if wants_values(logits, self.check_values):
-                check_statistics_finite(
-                    inputs, None if pending is None else pending.guard, also_count={"features": features}
-                )
+                # The usual case (a pending update, float logits) in three operations: the logits' sum
+                # plus the guard is finite only when both are (a finite sum may still overflow: the
+                # exact check below then decides).
+                guard = None if pending is None else pending.guard
+                if guard is None or not logits.is_floating_point() or not _sum_is_finite(logits, guard):
+                    check_statistics_finite(inputs, guard, also_count={"features": features})
                 self.statistics.commit(pending)
             else:
                 self.statistics.commit(pending, only_if_finite=True)
         with _label("mr2.temperatures"):
-            moments = self.statistics.moments()
-            margin = self.distance_margin(moments[1])
+            mean_sq_norm, spread, seen = self.statistics.moments_and_seen()
+            moments = (mean_sq_norm, spread)
+            # A training step whose features need no gradient (a linear probe on cached features,
+            # detached features): the representation term is a constant there, its gradient reaches no
+            # parameter, so it is not computed (a Python attribute decides: no host sync), and the
+            # distance margin, which only it and the logged parts use, is left to :attr:`parts`.
+            self.representation_skipped = (
+                self.lambda_rep > 0
+                and self.training
+                and torch.is_grad_enabled()
+                and not features.requires_grad
+            )
+            if self.representation_skipped:  # the s_k distance_margin reads, kept for parts
+                margin_spread, margin = self._margin_spread(spread), None
+            else:
+                margin_spread, margin = None, self.distance_margin(spread, seen)
             if self.logit_margin == "additive":
                 gamma = self.additive_margins(moments)
             else:
@@ -549,25 +616,22 @@ class MR2Loss(nn.Module):
                 logit_term = additive_margin_loss(logits, target, gamma)
             else:
                 logit_term = logit_margin_loss(logits, target, gamma)
-        # A training step whose features need no gradient (a linear probe on cached features, detached
-        # features): the representation term is a constant there, its gradient reaches no parameter, so
-        # it is not computed (a Python attribute decides: no host sync).
-        self.representation_skipped = (
-            self.lambda_rep > 0 and self.training and torch.is_grad_enabled() and not features.requires_grad
-        )
-        if self.representation_skipped:
-            rep_term = logit_term.new_full((), float("nan"))
-            total = logit_term
+        if margin is None:  # representation_skipped: the parts are finished when read
+            assert margin_spread is not None
+            detached = logit_term.detach()
+            self._parts = None
+            self._deferred_parts = (detached, detached, gamma, margin_spread, seen)
+            return logit_term
+        if self.lambda_rep > 0:
+            with _label("mr2.representation_margin"):
+                rep_term = self.representation_term(features, target, margin)
         else:
-            if self.lambda_rep > 0:
-                with _label("mr2.representation_margin"):
-                    rep_term = self.representation_term(features, target, margin)
-            else:
-                rep_term = logit_term.new_zeros(())
-            total = logit_term + self.lambda_rep * rep_term
-        self.parts = MR2LossParts(total.detach(), logit_term.detach(), rep_term.detach(), gamma, margin)
+            rep_term = logit_term.new_zeros(())
+        total = logit_term + self.lambda_rep * rep_term
+        self._parts = MR2LossParts(total.detach(), logit_term.detach(), rep_term.detach(), gamma, margin)
+        self._deferred_parts = None
         # A host read every few steps only; features without a gradient (a linear probe) cannot
-        # collapse by training, so they are not watched.
+        # collapse by training, so they are not watched (a skipped step returned above).
         if self.training and self.collapse_guard is not None and features.requires_grad:
             self.collapse_guard.observe(features, target, logit_term, self.collapse_advice)
         return total

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
@@ -37,6 +38,19 @@ DEFER_NEEDS_POOLED_L2 = (
     "are sums, so k micro-batches add up to one batch); got estimator={estimator!r}, norm_p={norm_p}. "
     "Leave deferral off (every micro-batch then updates the statistics) or use the default statistics."
 )
+
+
+def _float32_region(device_type: str) -> contextlib.AbstractContextManager[Any]:
+    """Autocast off for the statistics' arithmetic; nothing to enter when autocast is not on (the
+    context manager costs more than some of the small updates it wraps)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type=device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.to(dtype)`` without a dispatch when it already has that dtype."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 class PendingUpdate(NamedTuple):
@@ -226,7 +240,7 @@ class ClassFeatureStatistics(nn.Module):
     def _ema_weights(self, present: torch.Tensor) -> torch.Tensor:
         """[K] weight of the new batch: 1 - m (present), 1 (first observation), 0 (absent)."""
         weight = torch.where(self.samples_seen == 0, 1.0, 1.0 - self.momentum)
-        return torch.where(present, weight, 0.0).to(self.count.dtype)
+        return _as_dtype(torch.where(present, weight, 0.0), self.count.dtype)
 
     @staticmethod
     def _ema_(state: torch.Tensor, new: torch.Tensor, weight: torch.Tensor) -> None:
@@ -251,11 +265,6 @@ class ClassFeatureStatistics(nn.Module):
         sums.index_add_(0, target, deviation)
         return distributed.all_reduce_sum_(sums, self.process_group)
 
-    def _batch_classes_seen(self, x: torch.Tensor, target: torch.Tensor) -> bool:
-        """Every class of the batch has been observed before this update (CPU tensors only, read
-        on the host: a [B] gather; False on accelerators, where it would be a host sync)."""
-        return x.device.type == "cpu" and bool(self.samples_seen.index_select(0, target).min() > 0)
-
     def _refresh_norm_cache(self) -> None:
         """Recompute the cached ``||S_k||_p^2`` of every class (one [K, d] pass)."""
         self.feature_sum_norm_sq.copy_(self._norm_sq(self.feature_sum))
@@ -275,8 +284,8 @@ class ClassFeatureStatistics(nn.Module):
         self._materialise(features.shape[1])
         if self.deferred:
             return self._prepare_deferred(features, target)
-        with torch.autocast(device_type=features.device.type, enabled=False):
-            x = features.detach().to(self.feature_sum.dtype)
+        with _float32_region(features.device.type):
+            x = _as_dtype(features.detach(), self.feature_sum.dtype)
             feature_sum: torch.Tensor | None = None
             if distributed.is_distributed(self.process_group) or self.estimator == "batch":
                 count, feature_sum, sq_norm_sum = class_sums(x, target, self.num_classes)
@@ -297,8 +306,9 @@ class ClassFeatureStatistics(nn.Module):
             new_count = self.count.lerp(count, weight)
             new_sq_norm_sum = self.sq_norm_sum.lerp(sq_norm_sum, weight)
             # ||S_k||^2 <= n_k Q_k (Cauchy-Schwarz) bounds every intermediate of the derived values
-            # (the factor 4 covers the deviations ||x - mu||^2 <= 2||x||^2 + 2||mu||^2).
-            guard = 4.0 * (new_count * new_sq_norm_sum).sum()
+            # (the factor 4 covers the deviations ||x - mu||^2 <= 2||x||^2 + 2||mu||^2). Only its
+            # finiteness is read: a dot product is one operation where a product and a sum are two.
+            guard = 4.0 * torch.dot(new_count, new_sq_norm_sum)
         return PendingUpdate(x, target, count, feature_sum, sq_norm_sum, weight, new_count,
                              new_sq_norm_sum, guard)
 
@@ -326,7 +336,7 @@ class ClassFeatureStatistics(nn.Module):
                 view = weight.view((-1,) + (1,) * (state.dim() - 1))
                 state.copy_(torch.where(ok, state.lerp(new, view), state))
 
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        with _float32_region(x.device.type):
             if self.estimator == "batch":
                 assert pending.feature_sum is not None
                 safe_count = pending.batch_count.clamp_min(1.0)
@@ -339,17 +349,12 @@ class ClassFeatureStatistics(nn.Module):
                 self._norm_cache_valid = False
             elif self.num_classes <= 2 * target.shape[0] and ok is None:
                 # Few classes (K <= 2B): one pass over the [K, d] buffer costs no more than
-                # gathering the batch's rows. (1 - w_k) S_k + w_k sum_{i: y_i = k} x_i, the second
-                # term as one index_add_ of the B weighted rows; absent classes (w = 0) are
-                # multiplied by exactly 1.
-                self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
-                if self._batch_classes_seen(x, target):
-                    # No first observation in this batch: every present class has w = 1 - m, so
-                    # the rows are added with that scalar factor (no [B, d] copy; the same sums to
-                    # float32 rounding: index_add_ applies alpha in its own kernel).
-                    self.feature_sum.index_add_(0, target, x, alpha=1.0 - self.momentum)
-                else:
-                    self.feature_sum.index_add_(0, target, x * weight.index_select(0, target).unsqueeze(1))
+                # gathering the batch's rows. The batch's [K, d] sums (one index_add_ of the B
+                # rows), then S_k += w_k (sum_{i: y_i = k} x_i - S_k) as ONE in-place lerp_: four
+                # operations, no host read, the same form on every device. An absent class
+                # (w = 0) keeps its row bit for bit; a first observation (w = 1) takes the sums.
+                sums = x.new_zeros(self.feature_sum.shape).index_add_(0, target, x)
+                self._ema_(self.feature_sum, sums, weight)
                 self._norm_cache_valid = False
             else:
                 # Many classes: S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of
@@ -375,7 +380,8 @@ class ClassFeatureStatistics(nn.Module):
                     x, target, self.feature_sum, self.count.clamp_min(1e-12)
                 )
                 ema(self.deviation_sum, deviation)
-            seen = pending.batch_count.round().long()
+            # Counts are sums of ones (exact integers in float32 below 2^24): no rounding needed.
+            seen = pending.batch_count.long()
             self.samples_seen.add_(seen if ok is None else seen * ok)
 
     # ------------------------------------------------------- deferred updates
@@ -539,8 +545,15 @@ class ClassFeatureStatistics(nn.Module):
 
         ``||mu_k||`` is of the centred means with ``center=True``; unseen classes get 0.
         """
+        mean_sq_norm, spread, _ = self.moments_and_seen()
+        return mean_sq_norm, spread
+
+    def moments_and_seen(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(||mu_k||_p^2, s_k, seen_k)``: :meth:`moments` and :meth:`seen` from one evaluation (the
+        loss's training step needs all three; computing ``seen`` once saves an operation)."""
+        seen = self.seen()
         if self.estimator == "batch":
-            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone()
+            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone(), seen
         count = self.count.clamp_min(1e-12)
         # ||sum_k / n_k||_p = ||sum_k||_p / n_k, from the cached ||S_k||_p^2: no [K, d] pass.
         if not self._norm_cache_valid:
@@ -552,7 +565,7 @@ class ClassFeatureStatistics(nn.Module):
             spread = (self.sq_norm_sum / count - raw_norm).clamp_min(0.0)
         if self.center:
             raw_norm = self._norm_sq(self.means() - self.global_center())
-        return raw_norm * self.seen(), spread
+        return raw_norm * seen, spread, seen
 
     def mean_sq_norm(self) -> torch.Tensor:
         """[K] ``||mu_k||_p^2`` (of the centred means with ``center=True``)."""
@@ -574,8 +587,11 @@ class ClassFeatureStatistics(nn.Module):
         mean_sq_norm, spread = self.moments()
         return mean_sq_norm + spread
 
-    def mean_spread(self, spread: torch.Tensor | None = None) -> torch.Tensor:
-        """0-dim ``s_bar``: the average of ``s_k`` over the seen classes."""
-        seen = self.seen()
+    def mean_spread(
+        self, spread: torch.Tensor | None = None, seen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """0-dim ``s_bar``: the average of ``s_k`` over the seen classes (``seen``: :meth:`seen` if
+        already computed)."""
+        seen = self.seen() if seen is None else seen
         spread = self.spread() if spread is None else spread
         return (spread * seen).sum() / seen.sum().clamp_min(1)

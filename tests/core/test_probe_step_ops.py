@@ -1,0 +1,109 @@
+"""The cost of a linear-probe training step of MR2Loss (issue 47): few tensor operations, same values.
+
+- A training step whose features need no gradient defers what only logging reads (the distance margin,
+  the NaN of ``parts.representation``) to the first read of ``parts``; what it then reports is that
+  step's, whatever happened to the statistics since.
+- The number of tensor operations of such a step stays bounded (104 before the statistics update and the
+  temperatures were trimmed, 78 after): a regression guard on the per-operation overhead.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mr2 import MR2Loss
+
+_NO_COMPILER = not any(shutil.which(name) for name in ("c++", "g++", "clang++"))
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten operations dispatched inside the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _batch(seed: int, k: int, b: int = 48, d: int = 8, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, k, (b,), generator=g)
+    target[: min(k, b)] = torch.arange(min(k, b))  # every class present (K <= B)
+    features = (torch.randn(b, d, generator=g, dtype=dtype) * (1 + target.unsqueeze(1)) + 1).relu()
+    return torch.randn(b, k, generator=g, dtype=dtype, requires_grad=True), features, target
+
+
+def test_a_probe_steps_parts_are_those_of_its_step_even_when_read_later():
+    for dtype in (torch.float32, torch.float64):
+        loss = MR2Loss(5).to(dtype)
+        for seed in range(3):
+            logits, features, target = _batch(seed, 5, dtype=dtype)
+            value = loss(logits, features, target)
+        assert loss.representation_skipped
+        # The eager values of that step, from the statistics as the step left them.
+        want_margin = loss.distance_margin()
+        want_gamma = loss.logit_temperatures()
+        assert float(want_margin) > 0 and not torch.equal(want_gamma, torch.ones_like(want_gamma))
+        # The statistics move on before parts is read.
+        loss.statistics.update(*_batch(7, 5, dtype=dtype)[1:])
+        assert not torch.equal(loss.distance_margin(), want_margin)
+        parts = loss.parts
+        assert parts is not None
+        torch.testing.assert_close(parts.margin, want_margin, rtol=0, atol=0)
+        torch.testing.assert_close(parts.logit_margins, want_gamma, rtol=0, atol=0)
+        assert torch.isnan(parts.representation) and parts.representation.dtype == dtype
+        torch.testing.assert_close(parts.total, value.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(parts.logit, value.detach(), rtol=0, atol=0)
+        assert loss.parts is parts  # built once
+
+
+def test_a_step_computing_the_term_reports_its_margin_at_once():
+    loss = MR2Loss(5)
+    logits, features, target = _batch(0, 5)
+    loss(logits, features.requires_grad_(), target)
+    assert not loss.representation_skipped and loss.parts is not None
+    torch.testing.assert_close(loss.parts.margin, loss.distance_margin(), rtol=0, atol=0)
+    assert torch.isfinite(loss.parts.representation)
+
+
+def test_a_probe_step_stays_within_its_operation_budget():
+    for k in (4, 10, 100):
+        loss = MR2Loss(k)
+        for seed in range(3):
+            loss(*_batch(seed, k, b=64))
+        batch = _batch(3, k, b=64)
+        with _CountOps() as ops:
+            loss(*batch)
+        assert ops.count <= 85, f"K = {k}: {ops.count} tensor operations in a linear-probe step"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_NO_COMPILER, reason="torch.compile's CPU inductor backend needs a C++ compiler (none on PATH)")
+def test_a_probe_step_compiles_with_fullgraph_and_defers_the_same_parts():
+    torch._dynamo.reset()
+    eager = MR2Loss(4, feature_dim=6)
+    compiled_module = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_module, fullgraph=True)  # default backend: inductor
+    for seed in range(3):
+        logits, features, target = _batch(seed, 4, b=16, d=6)
+        z1, z2 = logits.detach().clone().requires_grad_(), logits.detach().clone().requires_grad_()
+        want, got = eager(z1, features, target), compiled(z2, features, target)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(z2.grad, z1.grad, rtol=1e-4, atol=1e-6)
+    assert eager.representation_skipped and compiled_module.representation_skipped
+    want_parts, got_parts = eager.parts, compiled_module.parts
+    assert want_parts is not None and got_parts is not None
+    for name, a, b in zip(want_parts._fields, want_parts, got_parts, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, equal_nan=True, msg=name)
+    for (name, a), (_, b) in zip(eager.named_buffers(), compiled_module.named_buffers(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
