@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 endif
 FMNIST_DIR ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: install test lint unit demo data bench clean
+.PHONY: install test lint unit quick demo data bench clean
 
 # One line per step (pip itself is --quiet): the torch download is most of the time.
 $(STAMP): pyproject.toml
@@ -34,8 +34,25 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 
+# The slowest tests are listed at the end of every run (--durations), so a slow new test shows.
 unit: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=25
+
+# The fast part of the suite for the edit-test loop: no slow or distributed tests and none of the
+# modules that start many subprocesses or train end to end (QUICK_SKIP, chosen from the --durations
+# of a full run). It is not a substitute for `make test`, which CI runs.
+QUICK_SKIP := tests/docs tests/sweep tests/integrations tests/engine/test_run_directory.py \
+	tests/engine/test_os_errors.py tests/engine/test_ddp_engine.py tests/tune/test_tune_command.py \
+	tests/tune/test_tune_script.py tests/tune/test_tune_fashion_mnist.py tests/tune/test_tune_runs.py \
+	tests/tune/test_trial_cleanup.py tests/methods/test_representation_engine.py \
+	tests/methods/test_seam_engine.py tests/report/test_fuzz_predictions.py \
+	tests/report/test_predictions_memory.py tests/package/test_cli_startup.py tests/benchmarks \
+	tests/tune/test_trial_identity.py tests/tune/test_design_operating_characteristics.py \
+	tests/tune/test_trial_tune.py tests/metrics/test_classwise_disparity.py \
+	tests/engine/test_common_random_numbers.py tests/data/test_arrays.py
+QUICK_DURATIONS ?= 10
+quick: $(STAMP)
+	$(VENV)/bin/pytest -m "not slow and not distributed" --durations=$(QUICK_DURATIONS) $(foreach path,$(QUICK_SKIP),--ignore=$(path))
 
 test: lint unit
 
