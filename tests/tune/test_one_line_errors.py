@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,27 +13,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset, WeightedRandomSampler
 
+from helpers.tune_command import one_line_error as _one_line
+from helpers.tune_command import tune_args as _tune
 from mr2.cli.main import main
 from mr2.tune.candidates import candidates
 from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.script import LOADER_SAMPLER, write_predictions
 from mr2.tune.trials import Trial, TrialStore
-
-SCRIPT = Path(__file__).with_name("command_script.py")
-COMMAND = f"{sys.executable} {SCRIPT} --loss-json {{loss}} --seed {{seed}} --out {{out}}"
-
-
-def _tune(out: Path, *extra: str, command: str = COMMAND, name: str = "c") -> list[str]:
-    return ["tune", "--command", command, "--num-classes", "6", "--candidates", "erm,mr2-paper-c1", "--seeds",
-            "2", "--confirm-seeds", "2", "--output-dir", str(out), "--name", name, *extra]
-
-
-def _one_line(capsys, code: int) -> str:
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith("mr2 tune: error: ") and err.count("\n") == 1, err
-    return err
-
 
 
 def _unfinished_or_one_line(store: TrialStore, trial: Trial) -> None:

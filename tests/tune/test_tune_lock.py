@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers.tune_command import one_line_error as _one_line
+from helpers.tune_command import tune_args as _tune
 from mr2.cli.main import main
 from mr2.data.errors import DatasetError
 from mr2.engine.checkpoint import CheckpointError, load_checkpoint
@@ -23,21 +24,6 @@ from mr2.report.exceptions import PredictionsError
 from mr2.report.predictions import read_class_names
 from mr2.rundir.lock import RunLock
 from mr2.tune.driver import TUNE_LOCKED
-
-SCRIPT = Path(__file__).with_name("command_script.py")
-COMMAND = f"{sys.executable} {SCRIPT} --loss-json {{loss}} --seed {{seed}} --out {{out}}"
-
-
-def _tune(out: Path, *extra: str, command: str = COMMAND, name: str = "c") -> list[str]:
-    return ["tune", "--command", command, "--num-classes", "6", "--candidates", "erm,mr2-paper-c1", "--seeds",
-            "2", "--confirm-seeds", "2", "--output-dir", str(out), "--name", name, *extra]
-
-
-def _one_line(capsys, code: int) -> str:
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith("mr2 tune: error: ") and err.count("\n") == 1, err
-    return err
 
 
 @pytest.mark.parametrize("out", ["/proc/self/x", "/proc/self/status/x"])
