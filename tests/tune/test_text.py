@@ -13,8 +13,11 @@ import pytest
 import yaml
 
 from mr2.tune.candidates import Candidate
+from mr2.tune.command import CommandSource
 from mr2.tune.design import Advice, Design, Look
+from mr2.tune.engine_source import EngineSource
 from mr2.tune.selection import ValidationFigures, choose, rule_text
+from mr2.tune.source import FunctionSource
 from mr2.tune.text import (
     ERM_AT_FIRST_USE,
     HAPPENED,
@@ -326,7 +329,9 @@ class _Source:
     """A trial source stub for ``describe``: nothing finished."""
 
     def __init__(self, kind: str) -> None:
-        self.kind = kind
+        self.two_stage = kind == "engine"
+        self.who_trains = {"engine": EngineSource.who_trains, "python": FunctionSource.who_trains,
+                           "command": CommandSource.who_trains}[kind]
 
     def is_finished(self, trial: object) -> bool:
         return False

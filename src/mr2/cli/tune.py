@@ -202,14 +202,10 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | int | None:
         if not args.time_one_trial:
             print(NO_ESTIMATE_COMMAND)
             return None
-        from mr2.tune.command import allow_commands, stop_commands
         from mr2.tune.estimate import time_one_trial
 
-        allow_commands()  # an earlier tune in this process may have stopped the commands
-        try:
-            line, ok = time_one_trial(request, make_source, workers, sys.stdout)
-        finally:
-            stop_commands()  # after Ctrl-C: no trial command outlives the dry run
+        # The timed trial's source stops its command on Ctrl-C or an error (CommandSource.run).
+        line, ok = time_one_trial(request, make_source, workers, sys.stdout)
         print(line)
         return 0 if ok else EXIT_FAILED_RUNS
     return request, source

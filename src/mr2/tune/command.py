@@ -24,14 +24,15 @@ existing file it names); a rerun with another command or a changed script is ref
 
 Each trial runs it with ``/bin/sh -c`` in the current directory, in a process group of its own; its
 output (stdout and stderr) goes to ``trials/<phase>/<label>/seed=<s>/train.log``. When tune is
-stopped (Ctrl-C, SIGTERM, SIGHUP), :func:`stop_commands` stops the running commands' process
-groups. A command that exits non-zero, writes no predictions, or writes predictions tune cannot
-use is a :class:`mr2.tune.TrialError` naming the trial and that log file.
+stopped (Ctrl-C, SIGTERM, SIGHUP), the source stops the process groups of the commands it runs
+(:meth:`CommandSource.stop`). A command that exits non-zero, writes no predictions, or writes
+predictions tune cannot use is a :class:`mr2.tune.TrialError` naming the trial and that log file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -53,20 +54,22 @@ from typing import Any, TextIO
 
 from mr2.io import open_text_no_follow
 from mr2.sweep.processes import start_subprocess
+from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult, run_stored_trials
+from mr2.tune.text import script_paste
 from mr2.tune.trials import SPLITS, Trial, TrialPredictions, TrialStore, read_trial_file
 
 __all__ = [
     "ENVIRONMENT",
     "PLACEHOLDERS",
     "CommandSource",
-    "allow_commands",
+    "RunningCommands",
     "check_command",
     "command_identity",
     "command_source",
-    "stop_commands",
+    "stop_processes",
 ]
 
 #: The placeholders a command must hold, each once or more.
@@ -282,29 +285,52 @@ def check_command(template: str) -> str:
     return template
 
 
-#: The trials' command processes running in this process (their session leaders).
-_RUNNING: set[subprocess.Popen[bytes]] = set()
-_LOCK = threading.Lock()
-_STOPPING = threading.Event()
+class RunningCommands:
+    """The trial commands one :class:`CommandSource` started and still waits for, and its stop flag:
+    after :meth:`stop`, no command starts. A copy sent to another process (a submitit job) starts
+    empty: each process stops the commands it started."""
+
+    def __init__(self) -> None:
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def start(self, trial: Trial, command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        """Start a trial's process-group leader, unless a stop came first.
+
+        Raises:
+            TrialError: tune is stopping (the trial was not started).
+            OSError: the process could not be started.
+        """
+        with self._lock:
+            if self._stopping.is_set():
+                raise TrialError(_STOPPED.format(trial=trial.name))
+            process = start_subprocess(command, **options)
+            self._running.add(process)
+        return process
+
+    def done(self, process: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._running.discard(process)
+
+    def stop(self, grace: float = STOP_GRACE) -> int:
+        """Stop every command still running: SIGTERM to each command's process group (the shell and
+        what it started), SIGKILL after ``grace`` seconds (:func:`stop_processes`); no command starts
+        after this. Returns how many were running."""
+        with self._lock:
+            self._stopping.set()
+            running = list(self._running)
+        stop_processes(running, grace)
+        return len(running)
 
 
-def stop_commands(grace: float = STOP_GRACE) -> int:
-    """Stop every trial command this process started and is still waiting for: SIGTERM to each
-    command's process group (the shell and what it started), SIGKILL after ``grace`` seconds.
-    Returns how many were running."""
-    with _LOCK:
-        _STOPPING.set()  # no command starts after this
-        running = list(_RUNNING)
-    _stop(running, grace)
-    return len(running)
-
-
-def allow_commands() -> None:
-    """Let trial commands start again after :func:`stop_commands` (a new tune in the same process)."""
-    _STOPPING.clear()
-
-
-def _stop(running: list[subprocess.Popen[bytes]], grace: float) -> None:
+def stop_processes(running: list[subprocess.Popen[bytes]], grace: float = STOP_GRACE) -> None:
     """SIGTERM to each command's process group. Its leader then stops everything the trial started,
     in the group or not (SIGKILL after ``grace`` seconds: :mod:`mr2.tune.trial_process`); it is given
     :data:`LEADER_MARGIN` seconds more for that, then SIGKILL goes to the group whatever still runs
@@ -338,13 +364,28 @@ class CommandSource:
     workers: int = 1
     executor: Any = None
     timeout: float | None = None
-    kind: str = "command"
+    #: The commands this source runs now, and its stop flag.
+    commands: RunningCommands = dataclasses.field(default_factory=RunningCommands, repr=False, compare=False)
+    who_trains: str = "your command runs the losses"
+    two_stage: bool = False
+    #: The runtime stops the commands on these signals (and on Ctrl-C).
+    stop_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP)
+    stopped_text: str = "the running trials' commands were stopped, finished trials are kept"
 
     def record(self) -> dict[str, Any]:
         return {"kind": "command", "command": self.template}
 
     def num_classes(self) -> int | None:
         return self.store.num_classes
+
+    def class_names(self) -> list[str] | None:
+        return None
+
+    def paste(self, use: Candidate) -> tuple[str, str]:
+        return script_paste(use)
+
+    def stop(self) -> None:
+        self.commands.stop()
 
     def is_finished(self, trial: Trial) -> bool:
         return self.store.is_finished(trial)
@@ -362,7 +403,7 @@ class CommandSource:
                                          workers=self.workers, log=self.log)
             except BaseException:
                 pool.shutdown(wait=False, cancel_futures=True)  # no queued trial starts
-                stop_commands()
+                self.stop()
                 raise
 
     def values(self, trial: Trial) -> dict[str, str]:
@@ -416,28 +457,23 @@ class CommandSource:
         with open_text_no_follow(log) as handle:  # a train.log link is refused, never written through
             handle.write(f"$ {self.command(trial)}\n")
             handle.flush()
-            with _LOCK:
-                if _STOPPING.is_set():
-                    raise TrialError(_STOPPED.format(trial=trial.name))
-                try:
-                    # The group's leader takes the group down with tune (module docstring).
-                    process = start_subprocess([sys.executable, TRIAL_PROCESS, str(STOP_GRACE), command],
-                                               stdout=handle, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=env)
-                except OSError as error:
-                    raise TrialFailed(_NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
-                _RUNNING.add(process)
+            try:
+                # The group's leader takes the group down with tune (module docstring).
+                leader = [sys.executable, TRIAL_PROCESS, str(STOP_GRACE), command]
+                process = self.commands.start(trial, leader, stdout=handle, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=env)
+            except OSError as error:
+                raise TrialFailed(_NOT_STARTED.format(trial=trial.name, error=error, log=log)) from None
             try:
                 code = process.wait(self.timeout)
             except subprocess.TimeoutExpired:
-                _stop([process], STOP_GRACE)
+                stop_processes([process])
                 raise TrialFailed(TIMED_OUT.format(trial=trial.name, seconds=self.timeout, log=log)) from None
             except BaseException:  # interrupted while waiting (Ctrl-C, SIGTERM): stop the command too
-                _stop([process], STOP_GRACE)
+                stop_processes([process])
                 raise
             finally:
-                with _LOCK:
-                    _RUNNING.discard(process)
+                self.commands.done(process)
         if code != 0:
             raise TrialFailed(EXIT_CODE.format(trial=trial.name, code=code, log=log) + _tail(log))
         splits = {}

@@ -136,12 +136,9 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
     """The rule, the design, the candidates and the trials the plan may run (``--dry-run`` and the
     start): expected and maximum trainings, and each selection trial's state."""
     plan = request.plan()
-    kind = {"engine": "mr2's engine runs every candidate, two-stage procedures included",
-            "python": "your train_fn runs the losses", "command": "your command runs the losses"}
     lines = [
         f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates) - 1} candidates against "
-        "ERM "
-        f"({request.candidate_set}; {kind.get(source.kind, source.kind)}), criterion {request.criterion}",
+        f"ERM ({request.candidate_set}; {source.who_trains}), criterion {request.criterion}",
         "",
         "Rule: " + textwrap.fill(rule_text(request.criterion, gate=request.design.gate), 100,
                                  subsequent_indent="  "),
@@ -152,7 +149,7 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
         f"{plan.max_trainings()}; selection seeds from {request.seeds}, confirmation seeds from "
         f"{request.confirm_seeds}",
     ]
-    if source.kind != "engine" and request.candidate_set in CANDIDATE_SETS:
+    if not source.two_stage and request.candidate_set in CANDIDATE_SETS:
         engine_only = [c.label for c in candidates(request.candidate_set) if not c.is_loss]
         if engine_only:
             lines.append(f"not run by this source (two-stage procedures need mr2 tune --config: "
@@ -208,7 +205,7 @@ class _Run:
 
     @property
     def class_names(self) -> list[str] | None:
-        names = self.request.class_names or getattr(self.source, "class_names", None)
+        names = self.request.class_names or self.source.class_names()
         return None if names is None else list(names)
 
     def say(self, text: str) -> None:
@@ -219,7 +216,7 @@ class _Run:
         if self.estimated or result.reused or not result.seconds > 0:
             return
         self.estimated = True
-        workers = getattr(self.source, "workers", None) or 1
+        workers = self.source.workers or 1
         self.say(remaining_text(result.seconds, self.trainings, self.plan.expected_trainings(),
                                 self.plan.max_trainings(), workers))
 
@@ -325,7 +322,7 @@ def _report(run: _Run, choice: Choice | None) -> tuple[ReportOutput | None, Path
     tiers (ranked on ERM's selection runs, fixed before the confirmation)."""
     request = run.request
     k = run.num_classes
-    names = request.class_names or getattr(run.source, "class_names", None)
+    names = run.class_names
     records = []
     for result in run.results.values():
         trial = result.trial
@@ -481,7 +478,7 @@ def _finish(run: _Run) -> TuneResult:
           f"recommendation: {recommendation_file}", file=out)
     picture, picture_error = _picture(run, advice, use, happened, explanation, report_dir)
     print(f"Picture: {picture}" if picture is not None else f"\n{picture_error}", file=out)
-    print("\n" + advice_text(advice, use, source.kind, run.class_names), file=out, flush=True)
+    print("\n" + advice_text(advice, use, source.paste, run.class_names), file=out, flush=True)
     return TuneResult(request, choice, advice, record, recommendation_file, report_dir,
                       {label: item["reason"] for label, item in run.failed.items()}, picture)
 

@@ -18,6 +18,7 @@ is owned by another process gives a failed trial naming its log.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,11 @@ from mr2.sweep.processes import default_workers
 from mr2.sweep.run import prepare_sweep
 from mr2.sweep.runner import run_points
 from mr2.sweep.spec import RESERVED_KEYS
-from mr2.tune.candidates import REFERENCE_LABEL
+from mr2.tune.candidates import REFERENCE_LABEL, Candidate
 from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult
+from mr2.tune.text import config_paste
 from mr2.tune.trials import SPLITS, Trial, read_trial_file
 
 __all__ = [
@@ -102,9 +104,13 @@ class EngineSource:
     threads_per_run: int | None = None
     devices: list[int] | None = None
     launcher: dict[str, Any] | None = None
-    kind: str = "engine"
+    who_trains: str = "mr2's engine runs every candidate, two-stage procedures included"
+    two_stage: bool = True
+    #: None: the sweep forwards its own stop signals to the trainers and raises SweepInterrupted.
+    stop_signals: tuple[signal.Signals, ...] = ()
+    stopped_text: str = "its trainers were stopped"
     #: The data's class names (known once :meth:`preflight` built the data), for the report.
-    class_names: list[str] | None = None
+    _class_names: list[str] | None = None
     _classes: int | None = None
     _points: dict[str, dict[tuple[str, int], RunPoint]] = field(default_factory=dict)
     _prepared: set[str] = field(default_factory=set)
@@ -127,6 +133,16 @@ class EngineSource:
 
     def num_classes(self) -> int | None:
         return self._classes
+
+    def class_names(self) -> list[str] | None:
+        """The data's class names, known once :meth:`preflight` built the data."""
+        return self._class_names
+
+    def paste(self, use: Candidate) -> tuple[str, str]:
+        return config_paste(use)
+
+    def stop(self) -> None:
+        """Nothing to stop here: the sweep stops its trainers itself (:class:`mr2.sweep.SweepInterrupted`)."""
 
     def is_finished(self, trial: Trial) -> bool:
         return self.point(trial).directory.is_finished
@@ -156,7 +172,7 @@ class EngineSource:
         for candidate in self.request.candidates:
             build_method(candidate.method, data.num_classes, **candidate.options)
         self._classes = data.num_classes
-        self.class_names = list(data.class_names)
+        self._class_names = list(data.class_names)
 
     def run(self, trials: Sequence[Trial], stream: TextIO) -> list[TrialResult]:
         results: dict[tuple[str, str, int], TrialResult] = {}

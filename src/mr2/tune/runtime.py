@@ -1,9 +1,11 @@
 """Running a tune from the command line until it ends or is stopped: signals, the trial commands'
 processes, exit codes (:func:`run_stoppable`).
 
-SIGTERM and SIGHUP (and Ctrl-C) stop the tune: the engine's trainers are stopped by the sweep
-machinery (:class:`mr2.sweep.SweepInterrupted`); the trial commands of ``--command`` are stopped by
-:func:`mr2.tune.command.stop_commands`. Finished trials are kept, and the same command resumes.
+SIGTERM and SIGHUP (and Ctrl-C) stop the tune: the source's ``stop_signals`` are turned into a stop
+here and the source's :meth:`~mr2.tune.source.TrialSource.stop` stops its running trials (the
+commands of ``--command``); the engine's sweep forwards its own signals to its trainers and raises
+:class:`mr2.sweep.SweepInterrupted`, a KeyboardInterrupt. Finished trials are kept, and the same
+command resumes.
 """
 
 from __future__ import annotations
@@ -41,14 +43,10 @@ def _raise_stopped(signum: int, frame: Any) -> None:
 
 def run_stoppable(request: TuneRequest, source: TrialSource) -> int:
     """Run the tune; the exit code of ``mr2 tune`` (its ``run``'s docstring)."""
-    from mr2.sweep import SweepInterrupted
-    from mr2.tune.command import allow_commands, stop_commands
     from mr2.tune.errors import TuneInputError
     from mr2.tune.selection import TuneSelectionError
 
-    allow_commands()
-    handled = source.kind == "command"  # the engine's sweep forwards its own stop signals
-    signals = (signal.SIGTERM, signal.SIGHUP) if handled else ()
+    signals = source.stop_signals
     previous = {signum: signal.signal(signum, _raise_stopped) for signum in signals}
     previous.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
     stopped = False
@@ -60,21 +58,17 @@ def run_stoppable(request: TuneRequest, source: TrialSource) -> int:
     except TuneSelectionError as error:
         print(f"mr2 tune: no recommendation: {error}", file=sys.stderr)
         return EXIT_NO_ADVICE
-    except SweepInterrupted as interrupt:
-        print(f"\nmr2 tune: interrupted ({interrupt}); its trainers were stopped; run the same command "
-              "again to resume.", file=sys.stderr)
-        return 128 + interrupt.signum
-    except (_Stopped, KeyboardInterrupt) as stop:
-        signum = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
+    except (_Stopped, KeyboardInterrupt) as stop:  # the sweep's SweepInterrupted is a KeyboardInterrupt
+        signum = getattr(stop, "signum", signal.SIGINT)
         stopped = True
         for repeated in (*signals, signal.SIGINT):  # a second signal must not cut the shutdown short
             signal.signal(repeated, signal.SIG_IGN)
-        stop_commands()
-        print(f"\nmr2 tune: interrupted ({signal.Signals(signum).name}); the running trials' commands were "
-              "stopped, finished trials are kept; run the same command again to resume.", file=sys.stderr)
+        source.stop()
+        print(f"\nmr2 tune: interrupted ({signal.Signals(signum).name}); {source.stopped_text}; run the same "
+              "command again to resume.", file=sys.stderr)
         return 128 + signum
     finally:
-        stop_commands()  # e.g. after an error while other trials still run
+        source.stop()  # e.g. after an error while other trials still run
         if not stopped:  # after a stop the process exits: stop signals stay ignored until then
             for restored, handler in previous.items():
                 if handler is not None:

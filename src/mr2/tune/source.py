@@ -21,6 +21,7 @@ import concurrent.futures
 import functools
 import hashlib
 import inspect
+import signal
 import sys
 import time
 import zipfile
@@ -32,7 +33,9 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
+from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
+from mr2.tune.text import train_fn_paste
 from mr2.tune.trials import SPLITS, Trial, TrialStore, check_trial_predictions
 
 __all__ = [
@@ -102,15 +105,40 @@ class TrialResult:
 
 
 class TrialSource(Protocol):
-    """What the driver needs of a source of trials."""
+    """What the driver and the runtime need of a source of trials: everything that differs between
+    the ways in is a field or a method here, so that neither ever asks which source it has.
 
-    kind: str
+    Attributes:
+        who_trains: what trains the candidates, as the start line says it.
+        two_stage: whether it runs the two-stage procedures (``jtt``, ``hbr``) of a candidate set.
+        stop_signals: the signals the command-line runtime turns into :meth:`stop` (besides Ctrl-C);
+            () where the source handles its own.
+        stopped_text: what a stopped tune says was done with its running trials.
+    """
+
+    who_trains: str
+    two_stage: bool
+    stop_signals: tuple[signal.Signals, ...]
+    stopped_text: str
+
+    @property
+    def workers(self) -> int | None:
+        """Trials run at once (None: the executor's own count)."""
 
     def record(self) -> dict[str, Any]:
         """How the source is recorded in ``recommendation.json`` (``{"kind": ...}``)."""
 
     def num_classes(self) -> int | None:
         """K when the source knows it before any trial ran (None: from the first finished trial)."""
+
+    def class_names(self) -> list[str] | None:
+        """The data's class names where the source knows them (None: the request's, or the ids)."""
+
+    def paste(self, use: Candidate) -> tuple[str, str]:
+        """``(where, block)``: how the advice tells the user to use a candidate (:mod:`mr2.tune.text`)."""
+
+    def stop(self) -> None:
+        """Stop the trials running now; none starts after this (tune is stopping)."""
 
     def is_finished(self, trial: Trial) -> bool:
         """Whether the trial finished earlier (reused without training)."""
@@ -363,13 +391,26 @@ class FunctionSource:
     store: TrialStore
     executor: Any = None
     workers: int | None = None
-    kind: str = "python"
+    who_trains: str = "your train_fn runs the losses"
+    two_stage: bool = False
+    stop_signals: tuple[signal.Signals, ...] = ()
+    stopped_text: str = "finished trials are kept"
 
     def record(self) -> dict[str, Any]:
         return {"kind": "python"}
 
     def num_classes(self) -> int | None:
         return self.store.num_classes
+
+    def class_names(self) -> list[str] | None:
+        return None
+
+    def paste(self, use: Candidate) -> tuple[str, str]:
+        return train_fn_paste(use)
+
+    def stop(self) -> None:
+        """Nothing to stop: the trials run in this process or the executor's (an error or Ctrl-C
+        cancels the queued ones, :func:`run_stored_trials`)."""
 
     def is_finished(self, trial: Trial) -> bool:
         return self.store.is_finished(trial)

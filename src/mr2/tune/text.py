@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import yaml
@@ -28,15 +28,19 @@ if TYPE_CHECKING:
 __all__ = [
     "ERM_AT_FIRST_USE",
     "HAPPENED",
+    "PASTES",
     "advice_text",
     "choice_explanation",
     "choice_table",
     "choice_text",
     "class_list",
+    "config_paste",
     "design_text",
     "early_size_warning",
     "look_lines",
+    "script_paste",
     "size_warning",
+    "train_fn_paste",
     "verdict_lines",
     "what_happened",
 ]
@@ -472,19 +476,41 @@ def look_lines(advice: Advice) -> list[str]:
     return lines
 
 
-def advice_text(advice: Advice, use: Candidate, source_kind: str,
+def config_paste(use: Candidate) -> tuple[str, str]:
+    """``(where, block)`` for mr2's engine: the ``method:`` block of a run configuration."""
+    block = yaml.safe_dump({"method": use.method_block()}, sort_keys=False).rstrip("\n")
+    return "paste into your run configuration", block
+
+
+def script_paste(use: Candidate) -> tuple[str, str]:
+    """``(where, block)`` for a training script (``--command``): the loss specification."""
+    return ("in your training script, mr2.tune.loss_from_spec(spec, num_classes=K) builds the loss from",
+            "loss_spec: " + json.dumps(use.loss_spec(), separators=(",", ":")))
+
+
+def train_fn_paste(use: Candidate) -> tuple[str, str]:
+    """``(where, block)`` for a Python ``train_fn``: ``make_loss()``, and the same as a specification."""
+    return ("in your train_fn, result.recommended.make_loss() builds the loss; the same as a spec",
+            script_paste(use)[1])
+
+
+#: Each way in's paste (:func:`advice_text` given the name a source records).
+PASTES: dict[str, Callable[[Candidate], tuple[str, str]]] = {
+    "engine": config_paste, "command": script_paste, "python": train_fn_paste}
+
+
+def advice_text(advice: Advice, use: Candidate,
+                paste: Callable[[Candidate], tuple[str, str]] | str = script_paste,
                 class_names: Sequence[str] | None = None) -> str:
     """The advice, printed last: the confirmation's looks and verdict, then ADOPT with the block to
     paste, or KEEP ERM and what happened (:func:`what_happened`); the last line says what to do.
-    ``class_names``: the hard classes are named with them."""
-    if source_kind == "engine":
-        block = yaml.safe_dump({"method": use.method_block()}, sort_keys=False).rstrip("\n")
-        where = "paste into your run configuration"
-    else:
-        block = "loss_spec: " + json.dumps(use.loss_spec(), separators=(",", ":"))
-        where = "in your training script, mr2.tune.loss_from_spec(spec, num_classes=K) builds the loss from"
-        if source_kind == "python":
-            where = "in your train_fn, result.recommended.make_loss() builds the loss; the same as a spec"
+
+    Args:
+        paste: ``(where, block)`` of a candidate for the way in (the source's ``paste``), or its
+            name in :data:`PASTES`.
+        class_names: the hard classes are named with them.
+    """
+    where, block = (PASTES[paste] if isinstance(paste, str) else paste)(use)
     lines = []
     if advice.verdict is not None and advice.verdict.outcome != NOTHING_TO_CONFIRM:
         seeds = ", ".join(str(s) for s in advice.verdict.seeds)
