@@ -41,6 +41,7 @@ __all__ = [
     "MAX_FEATURE_DIM",
     "MAX_SPEC_CLASSES",
     "LossSpecError",
+    "LossSpecJSONError",
     "SpecLoss",
     "engine_only_methods",
     "loss_from_spec",
@@ -58,6 +59,10 @@ MAX_FEATURE_DIM = 1_000_000
 
 class LossSpecError(MR2Error, ValueError):
     """A loss specification (or its use) is wrong; the message says what and how to fix it."""
+
+
+class LossSpecJSONError(LossSpecError):
+    """A loss specification given as text is not valid JSON (e.g. its quotes were eaten by a shell)."""
 
 
 BAD_CLASS_COUNTS = (
@@ -147,13 +152,13 @@ _BAD_FEATURE_DIM = "feature_dim must be an integer from 1 to {maximum}; got {val
 _SHOWN = 80
 
 
-def _bad(spec: Any, problem: str) -> LossSpecError:
+def _bad(spec: Any, problem: str, error: type[LossSpecError] = LossSpecError) -> LossSpecError:
     try:
         text = reprlib.repr(spec) if not isinstance(spec, (str, bytes)) else repr(spec[:_SHOWN + 1])
     except ValueError:  # an integer too long to print (Python's 4,300-digit limit)
         text = f"<a {type(spec).__name__} holding a number too long to print>"
-    return LossSpecError(_BAD_SPEC.format(value=text if len(text) <= _SHOWN else text[:_SHOWN] + "...",
-                                          problem=problem))
+    return error(_BAD_SPEC.format(value=text if len(text) <= _SHOWN else text[:_SHOWN] + "...",
+                                  problem=problem))
 
 
 class _RepeatedKey(Exception):
@@ -216,7 +221,7 @@ def parse_loss_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
         except _RepeatedKey as repeated:
             raise _bad(spec, REPEATED_KEY.format(key=str(repeated)[:_SHOWN])) from None
         except ValueError as error:
-            raise _bad(spec, f"not valid JSON ({error})") from None
+            raise _bad(spec, f"not valid JSON ({error})", LossSpecJSONError) from None
         except RecursionError:
             raise _bad(spec, "nested too deeply to read") from None
     if not isinstance(value, Mapping):

@@ -63,12 +63,20 @@ from mr2.report.limits import DEFAULT_MAX_ARRAY_BYTES, DEFAULT_MAX_CLASSES, conf
 from mr2.report.run_dir import RunRecord, check_comparable, first_difference
 
 __all__ = [
+    "NonFinitePredictions",
     "PredictionsFile",
     "load_predictions",
     "parse_label",
     "read_class_names",
     "read_predictions",
 ]
+
+
+
+class NonFinitePredictions(PredictionsError):
+    """A file's logits hold NaN or infinite values (:data:`NOT_FINITE`): a diverged model, or a
+    corrupt file (``mr2 tune`` fails the trial instead of refusing its input)."""
+
 
 _NO_FILES = "no predictions file given; pass at least one .npz, .pt or .csv file"
 FILE_NOT_FOUND = "predictions file {path} does not exist"
@@ -396,7 +404,7 @@ def _build(
         logits = scores.astype(np.float64, copy=False)
         bad = ~np.isfinite(logits)
         if bad.any():
-            raise PredictionsError(
+            raise NonFinitePredictions(
                 NOT_FINITE.format(
                     path=path, count=int(bad.sum()), row=int(np.flatnonzero(bad.any(axis=1))[0])
                 )

@@ -46,8 +46,8 @@ from torch.utils.data import (
 
 from mr2.io import atomic_write_bytes
 from mr2.memory import allocatable_bytes
+from mr2.methods.spec import LossSpecError, LossSpecJSONError, parse_loss_spec
 from mr2.tune.errors import TuneInputError
-from mr2.tune.loss_spec import parse_loss_spec
 from mr2.value_types import is_int, is_number
 
 __all__ = ["add_trial_arguments", "fixed_split", "write_predictions"]
@@ -307,8 +307,8 @@ def fixed_split(data: int | Dataset[T], val_fraction: float, *, seed: int = 0,
 def _loss_json(text: str) -> dict[str, Any]:
     try:
         return parse_loss_spec(text)
-    except TuneInputError as error:
-        hint = QUOTED_HINT if "not valid JSON" in str(error) else ""
+    except LossSpecError as error:
+        hint = QUOTED_HINT if isinstance(error, LossSpecJSONError) else ""
         raise argparse.ArgumentTypeError(f"{error}{hint}") from None
 
 

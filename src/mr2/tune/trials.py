@@ -161,7 +161,33 @@ def _to_numpy(value: Any) -> Any:
     return np.asarray(value)
 
 
+def _check_split(trial: Trial, split: str, y_true: Any, y_pred: Any, logits: Any, num_classes: int,
+                 log: Path | None) -> None:
+    """Check one split's arrays.
+
+    Raises:
+        TrialFailed: non-finite logits (:data:`NON_FINITE`: a diverged model).
+        TrialError: anything else wrong (:func:`_split_problem`).
+    """
+    try:
+        problem = _split_problem(y_true, y_pred, logits, num_classes)
+    except _NonFinite:
+        raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=NON_FINITE,
+                                            log=_log(log))) from None
+    if problem:
+        raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
+
+
+class _NonFinite(Exception):
+    """Logits that are not all finite (the trial failed; not a problem of the input's form)."""
+
+
 def _split_problem(y_true: Any, y_pred: Any, logits: Any, num_classes: int) -> str:
+    """What is wrong with one split's arrays ("" when nothing).
+
+    Raises:
+        _NonFinite: the logits are well formed but not all finite.
+    """
     if y_true.ndim != 1 or y_true.size == 0:
         return f"y_true must be a non-empty 1-D array of class ids; got shape {y_true.shape}"
     if not np.issubdtype(y_true.dtype, np.integer):
@@ -177,7 +203,7 @@ def _split_problem(y_true: Any, y_pred: Any, logits: Any, num_classes: int) -> s
         if not np.issubdtype(logits.dtype, np.floating) and not np.issubdtype(logits.dtype, np.integer):
             return f"logits must be real numbers; got dtype {logits.dtype}"
         if not np.isfinite(logits).all():
-            return NON_FINITE
+            raise _NonFinite
     else:
         if y_pred.shape != y_true.shape:
             return f"y_pred must have the shape of y_true {y_true.shape}; got {y_pred.shape}"
@@ -220,12 +246,7 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
         except (TypeError, ValueError) as error:
             raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=f"not arrays ({error})",
                                               log=_log(log))) from None
-        problem = _split_problem(true, pred, scores, num_classes)
-        if problem == NON_FINITE:
-            raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem,
-                                                log=_log(log)))
-        if problem:
-            raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
+        _check_split(trial, split, true, pred, scores, num_classes, log)
         y_true[split] = true.astype(np.int64)
         logits[split] = None if scores is None else scores
         y_pred[split] = (pred if scores is None else np.argmax(scores, axis=1)).astype(np.int64)
@@ -247,20 +268,17 @@ def read_trial_file(trial: Trial, split: str, path: Path, num_classes: int, log:
     """
     from mr2.report.exceptions import PredictionsError
     from mr2.report.limits import DEFAULT_MAX_CLASSES
-    from mr2.report.predictions import NOT_FINITE, read_predictions
+    from mr2.report.predictions import NonFinitePredictions, read_predictions
 
     try:
         item = read_predictions(path, max_classes=max(num_classes, DEFAULT_MAX_CLASSES), integer_ids=True)
     except PredictionsError as error:
         # Non-finite logits: a diverged model, the trial failed; anything else is bad input.
-        diverged = NOT_FINITE.split("{count}")[1].split("(")[0] in str(error)
-        raise (TrialFailed if diverged else TrialError)(f"trial {trial.name}: {error}{_log(log)}") from None
+        failed = isinstance(error, NonFinitePredictions)
+        raise (TrialFailed if failed else TrialError)(f"trial {trial.name}: {error}{_log(log)}") from None
     predictions = (Predictions(item.y_true, logits=item.logits) if item.logits is not None
                    else Predictions(item.y_true, y_pred=item.y_pred))
-    problem = _split_problem(item.y_true, predictions.y_pred, predictions.logits, num_classes)
-    if problem:
-        raise (TrialFailed if problem == NON_FINITE else TrialError)(
-            _BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
+    _check_split(trial, split, item.y_true, predictions.y_pred, predictions.logits, num_classes, log)
     return predictions
 
 
