@@ -217,11 +217,45 @@ def _used_change(row: dict[str, float], record: Any) -> float | None:
     return row.get("erm" if label == "erm" else IN_ROW.get(label, label))
 
 
+def read_record(data: dict[str, Any]) -> Any:
+    """A ``recommendation.json`` as a :class:`mr2.tune.record.TuneRecord`, also one written before
+    ``adopt`` existed (the old ``<cell>-full`` tunes): then ``chosen`` is its ``label``, and it is
+    adopted only if its verdict was ``confirmed`` (today's gate)."""
+    from mr2.tune.candidates import Candidate
+    from mr2.tune.record import TuneRecord, configuration
+
+    if "adopt" in data:
+        return TuneRecord.from_dict(data)
+    verdict = data.get("verdict") or {}
+    label = data.get("label", "erm")
+    spec = data.get("loss_spec") or {"method": data.get("method"), "options": data.get("options") or {}}
+    chosen = {"label": label, "method": data.get("method"), "options": data.get("options") or {},
+              "loss_spec": spec}
+    adopt = label != "erm" and verdict.get("outcome") == "confirmed"
+    return TuneRecord(
+        adopt=adopt,
+        use=chosen if adopt else configuration(Candidate("erm", "erm")),
+        chosen=None if label == "erm" else chosen,
+        reason=("confirmed" if adopt else "erm_chosen" if label == "erm"
+                else str(verdict.get("outcome", "no verdict"))),
+        criterion=data.get("criterion", "hard_tier"),
+        rule=data.get("rule", ""),
+        design={},
+        candidate_set=data.get("candidate_set", ""),
+        source=data.get("source") or {"kind": "engine"},
+        num_classes=data.get("num_classes"),
+        selection=data.get("selection") or {},
+        confirmation=data.get("confirmation") or {},
+        verdict=data.get("verdict"),
+        base_config=data.get("base_config"),
+        mr2_version=data.get("mr2_version", ""),
+        git_commit=data.get("git_commit"),
+    )
+
+
 def compare(out: Path) -> str:
     """The ``full`` set's re-run with the design of issue 37 (``<cell>-full-v2``) per cell, then the old
     tunes (``<cell>-full``, their advice read under today's gate) and the new side by side."""
-    from mr2.tune.record import TuneRecord
-
     new_rows, pairs = [], []
     for cell in CELLS:
         row = regime_row(cell)
@@ -232,7 +266,7 @@ def compare(out: Path) -> str:
             if path.is_file():
                 data = json.loads(path.read_text())
                 walls = json.loads((out / name / "wall_time.json").read_text())
-                record = TuneRecord.from_dict(data)
+                record = read_record(data)
                 change = _used_change(row, record)
                 # What the old printout said to use: its record's label unless ERM (issue 37's finding).
                 printed = "erm" if data.get("recommendation_is_erm", not record.adopt) else data.get("label")

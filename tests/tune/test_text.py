@@ -16,7 +16,7 @@ from mr2.tune.candidates import Candidate
 from mr2.tune.command import CommandSource
 from mr2.tune.design import Advice, Design, Look
 from mr2.tune.engine_source import EngineSource
-from mr2.tune.selection import ValidationFigures, choose, rule_text
+from mr2.tune.selection import ValidationFigures, choose
 from mr2.tune.source import FunctionSource
 from mr2.tune.text import (
     ERM_AT_FIRST_USE,
@@ -27,6 +27,7 @@ from mr2.tune.text import (
     choice_table,
     choice_text,
     design_text,
+    rule_text,
     verdict_lines,
     what_happened,
 )

@@ -23,8 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_FAILED_RUNS = 1
-EXIT_BAD_INPUT = 2
 #: ``--candidates``' default: mr2.tune.candidates.DEFAULT_CANDIDATE_SET, spelled out so that parsing
 #: arguments imports nothing heavy (tests/tune check that the two agree).
 DEFAULT_CANDIDATES = "full"
@@ -98,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from mr2.report.exceptions import PredictionsError
     from mr2.sweep import SweepSpecError
     from mr2.tune import TuneInputError
+    from mr2.tune.errors import EXIT_BAD_INPUT
 
     rejected: tuple[type[BaseException], ...] = (TuneInputError, SweepSpecError, PredictionsError,
                                                  *user_errors())
@@ -202,12 +201,13 @@ def _command(args: argparse.Namespace) -> tuple[Any, Any] | int | None:
         if not args.time_one_trial:
             print(NO_ESTIMATE_COMMAND)
             return None
+        from mr2.tune.errors import EXIT_NO_ADVICE
         from mr2.tune.estimate import time_one_trial
 
         # The timed trial's source stops its command on Ctrl-C or an error (CommandSource.run).
         line, ok = time_one_trial(request, make_source, workers, sys.stdout)
         print(line)
-        return 0 if ok else EXIT_FAILED_RUNS
+        return 0 if ok else EXIT_NO_ADVICE
     return request, source
 
 

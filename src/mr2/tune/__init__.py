@@ -43,7 +43,6 @@ if TYPE_CHECKING:
         TuneSelectionError,
         ValidationFigures,
         choose,
-        read_validation,
     )
     from mr2.tune.trials import Predictions, Trial, TrialPredictions
 
@@ -64,7 +63,6 @@ EXPORTS = {
     "ValidationFigures": "mr2.tune.selection",
     "choose": "mr2.tune.selection",
     "make_request": "mr2.tune.request",
-    "read_validation": "mr2.tune.selection",
     "run_tune": "mr2.tune.driver",
     "tune": "mr2.tune.api",
     "describe_tune": "mr2.tune.api",
@@ -102,7 +100,6 @@ __all__ = [
     "loss_from_spec",
     "make_request",
     "parse_loss_spec",
-    "read_validation",
     "run_tune",
     "tune",
     "write_predictions",

@@ -52,7 +52,7 @@ from mr2.tune.estimate import remaining_text
 from mr2.tune.picture import picture_data, write_picture
 from mr2.tune.record import RECOMMENDATION_FILE, TuneRecord, configuration
 from mr2.tune.request import TuneRequest
-from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, rule_text, split_halves
+from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, split_halves
 from mr2.tune.source import TrialResult, TrialSource, format_seconds
 from mr2.tune.text import (
     ERM_AT_FIRST_USE,
@@ -61,6 +61,7 @@ from mr2.tune.text import (
     choice_text,
     design_text,
     early_size_warning,
+    rule_text,
     what_happened,
 )
 from mr2.tune.trials import Trial

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from mr2.errors import MR2Error
 
-__all__ = ["TrialError", "TrialFailed", "TuneInputError"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_NO_ADVICE", "TrialError", "TrialFailed", "TuneInputError"]
+
+#: ``mr2 tune``'s exit code when no advice could be given (ERM failed, no choice could be made, or the
+#: trial a dry run timed failed).
+EXIT_NO_ADVICE = 1
+#: ``mr2 tune``'s exit code for invalid input (nothing written; also a trial whose predictions tune
+#: cannot use).
+EXIT_BAD_INPUT = 2
 
 
 class TuneInputError(MR2Error, ValueError):

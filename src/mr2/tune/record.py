@@ -3,8 +3,7 @@
 The top-level ``label``, ``method``, ``options`` and ``loss_spec`` are the configuration to USE: the
 adopted candidate when ``adopt`` is true, ERM otherwise, so automation that trains what the record
 names does what the printed advice says. What selection chose and why is kept apart (``chosen``,
-``selection``, ``advice``). Records written before ``adopt`` existed are read with the advice gate of
-today applied to their recorded verdict (adopt only on ``confirmed``).
+``selection``, ``advice``).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mr2.tune.candidates import REFERENCE_LABEL, Candidate
+from mr2.tune.candidates import Candidate
 
 __all__ = ["RECOMMENDATION_FILE", "TuneRecord", "configuration"]
 
@@ -102,33 +101,6 @@ class TuneRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TuneRecord:
-        """Read a record, also one written before ``adopt`` existed: then ``chosen`` is its
-        ``label``, and it is adopted only if its verdict was ``confirmed`` (today's gate)."""
-        if "adopt" in data:
-            return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
-        verdict = data.get("verdict") or {}
-        label = data.get("label", REFERENCE_LABEL)
-        spec = data.get("loss_spec") or {"method": data.get("method"), "options": data.get("options") or {}}
-        chosen = {"label": label, "method": data.get("method"), "options": data.get("options") or {},
-                  "loss_spec": spec}
-        adopt = label != REFERENCE_LABEL and verdict.get("outcome") == "confirmed"
-        erm = configuration(Candidate(REFERENCE_LABEL, "erm"))
-        return cls(
-            adopt=adopt,
-            use=chosen if adopt else erm,
-            chosen=None if label == REFERENCE_LABEL else chosen,
-            reason=("confirmed" if adopt else "erm_chosen" if label == REFERENCE_LABEL
-                    else str(verdict.get("outcome", "no verdict"))),
-            criterion=data.get("criterion", "hard_tier"),
-            rule=data.get("rule", ""),
-            design={},
-            candidate_set=data.get("candidate_set", ""),
-            source=data.get("source") or {"kind": "engine"},
-            num_classes=data.get("num_classes"),
-            selection=data.get("selection") or {},
-            confirmation=data.get("confirmation") or {},
-            verdict=data.get("verdict"),
-            base_config=data.get("base_config"),
-            mr2_version=data.get("mr2_version", ""),
-            git_commit=data.get("git_commit"),
-        )
+        """Read a record written by this mr2 (its keys; those of :meth:`to_dict` that are no field,
+        ``label`` to ``recommendation_is_erm``, are left out)."""
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})

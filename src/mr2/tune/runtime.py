@@ -15,13 +15,11 @@ import sys
 from typing import Any
 
 from mr2.tune.driver import run_tune
+from mr2.tune.errors import EXIT_BAD_INPUT, EXIT_NO_ADVICE, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialSource
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_NO_ADVICE", "run_stoppable"]
-
-EXIT_NO_ADVICE = 1
-EXIT_BAD_INPUT = 2
+__all__ = ["run_stoppable"]
 
 
 class _Stopped(BaseException):
@@ -43,7 +41,6 @@ def _raise_stopped(signum: int, frame: Any) -> None:
 
 def run_stoppable(request: TuneRequest, source: TrialSource) -> int:
     """Run the tune; the exit code of ``mr2 tune`` (its ``run``'s docstring)."""
-    from mr2.tune.errors import TuneInputError
     from mr2.tune.selection import TuneSelectionError
 
     signals = source.stop_signals

@@ -2,8 +2,7 @@
 
 Test numbers cannot reach the choice: :func:`choose` receives :class:`ValidationFigures`, which
 hold nothing but a run's validation results (built from its validation predictions by
-:meth:`ValidationFigures.from_predictions`, or from the ``validation`` section of ``final.json`` by
-:func:`read_validation`, which copies nothing else of the file).
+:meth:`ValidationFigures.from_predictions`). The rule in words is :func:`mr2.tune.text.rule_text`.
 
 ERM (plain cross-entropy training) is the reference every candidate must beat.
 
@@ -61,7 +60,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -84,8 +82,6 @@ __all__ = [
     "choose",
     "decide",
     "prediction_problem",
-    "read_validation",
-    "rule_text",
     "split_halves",
 ]
 
@@ -101,16 +97,6 @@ SPLIT_SEED = 20_231_123
 #: warns that the scores are too noisy to move the choice away from ERM.
 MIN_SAMPLES_PER_CLASS = 50
 
-_SCORE_NAMES = {
-    "hard_tier": "validation hard-tier accuracy",
-    "worst_class": "validation worst-class accuracy",
-    "overall": "validation overall accuracy",
-}
-
-_NO_VALIDATION = (
-    "{file} has no validation results, so the candidates cannot be compared on validation; train with "
-    "data.val_fraction > 0"
-)
 TOO_FEW_REFERENCE_SEEDS = (
     "the rule needs ERM's seed standard error, but only {count} ERM run(s) finished (at least 2 "
     "needed); see the failed runs above"
@@ -279,32 +265,6 @@ class ValidationFigures:
                          np.asarray(self.half_count, dtype=np.float64))
 
 
-def read_validation(run_dir: str | os.PathLike[str]) -> ValidationFigures:
-    """The validation section of ``<run_dir>/final.json`` (nothing else of the file is kept).
-
-    ``final.json`` holds per-class figures only, so these figures carry no halves (see
-    :attr:`ValidationFigures.has_samples`).
-
-    Raises:
-        TuneSelectionError: the run has no validation results.
-        mr2.rundir.RunDirectoryError: final.json is missing or not a valid run record.
-    """
-    from mr2.rundir import RunDirectory
-
-    directory = RunDirectory(run_dir)
-    record = directory.read_final()
-    validation = record.validation
-    if validation is None or validation.per_class_accuracy is None:
-        raise TuneSelectionError(_NO_VALIDATION.format(file=directory.final))
-    overall = validation.overall_accuracy
-    return ValidationFigures(
-        run=directory.path.name,
-        seed=-1 if record.seed is None else record.seed,
-        overall_accuracy=math.nan if overall is None else float(overall),
-        per_class_accuracy=tuple(float(v) for v in validation.per_class_accuracy),
-    )
-
-
 def _mean_se(values: Sequence[float]) -> tuple[float, float]:
     array = np.asarray(values, dtype=np.float64)
     if array.size == 0:
@@ -439,52 +399,6 @@ class Choice:
             "candidates": [s.to_dict() for s in self.scores],
         }
         return record if self.seeds is None else {**record, "seeds": self.seeds}
-
-
-def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half",
-              gate: str = "margin") -> str:
-    """The rule in words, printed before anything runs and with the result. ``gate`` is the design's
-    (:class:`mr2.tune.design.Design`): ``margin``, the best eligible candidate goes on only if it beats
-    the reference by a seed standard error; ``best``, the best eligible candidates go on whatever their
-    margin (how many: the design).
-
-    Example:
-        >>> print(rule_text("overall").split(". ")[0])
-        ERM (plain cross-entropy training, the reference) is what every candidate must beat
-    """
-    ref = reference.upper()
-    name = _SCORE_NAMES[criterion]
-    intro = f"{ref} (plain cross-entropy training, the reference) is what every candidate must beat. "
-    if criterion == "hard_tier" and tier_rule == "split_half":
-        tiers = (
-            "Each class's validation samples are split into two fixed halves (the same for every run). "
-            f"The classes are ranked into tiers (easy/medium/hard) by {ref}'s mean per-class accuracy on "
-            "one half, and every run, ERM's included, is scored by its hard-tier accuracy on the other "
-            "half; the same with the halves swapped, and the two scores are averaged, so no sample both "
-            "makes a class hard and scores it. "
-        )
-    elif criterion == "hard_tier":
-        tiers = (
-            f"Classes are ranked into tiers (easy/medium/hard) by {ref}'s mean validation per-class "
-            "accuracy over the selection seeds, on the same samples that score them. "
-        )
-    else:
-        tiers = ""
-    return (
-        f"{intro}{tiers}Each candidate is scored by its mean {name} over the selection seeds (± is the "
-        f"standard error of that mean over the seeds). A candidate is not eligible if it misses a "
-        f"selection seed, has fewer than 2 runs, or its mean validation overall accuracy is below "
-        f"{ref}'s by more than {ref}'s seed standard error. {_gate_text(gate, ref)} Only the validation "
-        "split is read; test results are reported after the choice, on fresh seeds."
-    )
-
-
-def _gate_text(gate: str, ref: str) -> str:
-    if gate == "best":
-        return ("The best eligible candidates go to the confirmation on fresh seeds, whatever their margin "
-                f"over {ref} (how many: the design); the advice comes from the fresh seeds alone.")
-    return (f"The best eligible candidate is recommended if its score beats {ref}'s by more than {ref}'s "
-            f"seed standard error of that score; otherwise the recommendation is {ref}.")
 
 
 def _tiers(accuracy: NDArray[np.float64]) -> NDArray[np.int64]:

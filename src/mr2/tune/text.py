@@ -1,4 +1,4 @@
-"""What ``mr2 tune`` prints: the rule, the validation table, its warnings, the verdict.
+"""What ``mr2 tune`` prints: the rule (:func:`rule_text`), the validation table, its warnings, the verdict.
 
 Written to be read without the paper: ERM is explained where it first appears in each block, every
 ``±`` says what it is (``seed SE``: the standard error of a mean over seeds, ``std(ddof=1) / sqrt(n)``;
@@ -38,6 +38,7 @@ __all__ = [
     "design_text",
     "early_size_warning",
     "look_lines",
+    "rule_text",
     "script_paste",
     "size_warning",
     "train_fn_paste",
@@ -57,11 +58,58 @@ SMALL_VALIDATION_WARNING = (
     "adopting a useless configuration at or below its stated rate); a larger validation split makes the "
     "search informative."
 )
+#: Each criterion's name: the rule's score and the table's column.
 _COLUMN = {
     "hard_tier": "validation hard-tier accuracy",
     "worst_class": "validation worst-class accuracy",
     "overall": "validation overall accuracy",
 }
+
+
+def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half",
+              gate: str = "margin") -> str:
+    """The selection's rule (:mod:`mr2.tune.selection`) in words, printed before anything runs and
+    with the result. ``gate`` is the design's (:class:`mr2.tune.design.Design`): ``margin``, the best
+    eligible candidate goes on only if it beats the reference by a seed standard error; ``best``, the
+    best eligible candidates go on whatever their margin (how many: the design).
+
+    Example:
+        >>> print(rule_text("overall").split(". ")[0])
+        ERM (plain cross-entropy training, the reference) is what every candidate must beat
+    """
+    ref = reference.upper()
+    name = _COLUMN[criterion]
+    intro = f"{ref} (plain cross-entropy training, the reference) is what every candidate must beat. "
+    if criterion == "hard_tier" and tier_rule == "split_half":
+        tiers = (
+            "Each class's validation samples are split into two fixed halves (the same for every run). "
+            f"The classes are ranked into tiers (easy/medium/hard) by {ref}'s mean per-class accuracy on "
+            "one half, and every run, ERM's included, is scored by its hard-tier accuracy on the other "
+            "half; the same with the halves swapped, and the two scores are averaged, so no sample both "
+            "makes a class hard and scores it. "
+        )
+    elif criterion == "hard_tier":
+        tiers = (
+            f"Classes are ranked into tiers (easy/medium/hard) by {ref}'s mean validation per-class "
+            "accuracy over the selection seeds, on the same samples that score them. "
+        )
+    else:
+        tiers = ""
+    return (
+        f"{intro}{tiers}Each candidate is scored by its mean {name} over the selection seeds (± is the "
+        f"standard error of that mean over the seeds). A candidate is not eligible if it misses a "
+        f"selection seed, has fewer than 2 runs, or its mean validation overall accuracy is below "
+        f"{ref}'s by more than {ref}'s seed standard error. {_gate_text(gate, ref)} Only the validation "
+        "split is read; test results are reported after the choice, on fresh seeds."
+    )
+
+
+def _gate_text(gate: str, ref: str) -> str:
+    if gate == "best":
+        return ("The best eligible candidates go to the confirmation on fresh seeds, whatever their margin "
+                f"over {ref} (how many: the design); the advice comes from the fresh seeds alone.")
+    return (f"The best eligible candidate is recommended if its score beats {ref}'s by more than {ref}'s "
+            f"seed standard error of that score; otherwise the recommendation is {ref}.")
 
 
 def _points(value: float) -> str:

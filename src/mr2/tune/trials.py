@@ -11,8 +11,8 @@ predicted class ids or logits. Each finished trial is stored under the tune dire
                                                  the trial finished
 
 in the format ``mr2 report --predictions`` reads (:mod:`mr2.report.predictions`), each file written
-atomically. A finished trial is reused, so an interrupted tune resumes where it stopped. The choice
-reads ``val.npz`` only (:meth:`TrialStore.validation`); ``test.npz`` is read for the confirmation.
+atomically. A finished trial is reused, so an interrupted tune resumes where it stopped. The
+selection scores ``val.npz`` only; ``test.npz`` is scored in the confirmation.
 
 A trial's record names what produced it (``producer``: the command template and a digest of each file
 it names, or the training function's name and a digest of its source or the ``version`` given; see
@@ -527,10 +527,6 @@ class TrialStore:
             y_pred = item.y_pred if item.logits is None else np.argmax(item.logits, axis=1)
             result[split] = (np.asarray(item.y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64))
         return result
-
-    def validation(self, trial: Trial) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """``(y_true, y_pred)`` of the trial's VALIDATION split: the only read of the selection."""
-        return self.read(trial, ("val",))["val"]
 
     def remember_labels(self, trial: Trial) -> None:
         """Take a stored trial's ``y_true`` as the reference of every split, if none is set yet."""
