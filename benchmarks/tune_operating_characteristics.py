@@ -314,7 +314,10 @@ class Simulator:
         overall = acc.mean(1)
         h = len(hard)
         rounding = math.sqrt(h / (12.0 * self.cell.test_per_class ** 2)) / h
-        return [SeedFigures(float(hard_tier[i]), float(overall[i]), rounding) for i in range(len(requests))]
+        counts = (self.cell.test_per_class,) * self.cell.num_classes
+        return [SeedFigures(float(hard_tier[i]), float(overall[i]), rounding,
+                            per_class=tuple(acc[i].tolist()), class_counts=counts)
+                for i in range(len(requests))]
 
 
 def fit_tau(cell: Cell, target_sd: float, rng: np.random.Generator, draws: int = 4000) -> float:

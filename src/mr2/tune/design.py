@@ -83,8 +83,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mr2.report.tiers import assign_tiers
 from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, choose, decide
-from mr2.tune.verdict import CONFIRMED, UNSTABLE, SeedFigures, Verdict, judge_figures
+from mr2.tune.verdict import CONFIRMED, UNSTABLE, SeedFigures, Verdict, judge_figures, rescored
 
 __all__ = [
     "BOUNDARIES",
@@ -145,6 +146,8 @@ CONTINUE = "continue"
 FUTILITY = "futility"
 STOP = "stop"
 UNSTABLE_DECISION = "unstable"
+FINALIST = "finalist"
+SCREENED_OUT = "screened_out"
 
 UNKNOWN_PHASE = "unknown phase {value!r}; one of: selection, confirmation"
 UNKNOWN_LABEL = "unknown candidate {label!r}; the plan's candidates are: {labels}"
@@ -469,6 +472,22 @@ class Design:
             more than ERM's seed SE is not ranked in the selection (:func:`mr2.tune.selection.choose`'s
             eligibility); ``none``: every candidate with a score is ranked, and overall accuracy is
             judged by the confirmation alone (on fresh test seeds).
+        screen: 0, or the fresh confirmation seeds of a screen (issue 44): ERM and every contender are
+            trained on them, nothing is adopted there, and the contender with the largest mean test
+            hard-tier change against ERM among those whose t statistic is above ``futility`` (0 when
+            None), with overall accuracy not worse beyond noise and no unstable run, becomes the
+            FINALIST (none: ERM is kept). Only the finalist goes on, tested on the seeds AFTER the
+            screen (``confirmation_looks`` count from there) at the whole ``alpha``: those seeds are
+            fresh and the screen adopts nothing, so a useless finalist is adopted at most ``alpha`` of
+            the time, whatever picked it. Skipped when selection sends a single contender or the pool
+            has fewer than ``screen + 2`` seeds (then the plain Bonferroni confirmation applies).
+        screen_tiers: with a screen, the hard classes are ranked again on ERM's mean per-class TEST
+            accuracy over the screen's runs (tiers as :func:`mr2.report.tiers.assign_tiers`), and the
+            screen and the finalist are scored on them: the finalist's seeds are fresh, so the classes
+            that look hard on the screen's seeds do not favour it (no regression to the mean), and
+            the test split ranks the classes far better than a small validation split. Needs the
+            screen's test figures with per-class accuracies (:func:`mr2.tune.verdict.seed_figures`);
+            without them the selection's hard classes stay.
     """
 
     alpha: float = 0.05
@@ -484,6 +503,8 @@ class Design:
     variance: Variance = "own"
     multiplicity: Multiplicity = "bonferroni"
     selection_guard: Literal["overall", "none"] = "overall"
+    screen: int = 0
+    screen_tiers: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -514,6 +535,12 @@ class Design:
             problems.append(f"multiplicity {self.multiplicity!r} not in {MULTIPLICITIES}")
         elif self.multiplicity == "max_t" and self.variance != "pooled":
             problems.append("multiplicity 'max_t' needs variance 'pooled' (one SD for the t statistics)")
+        if self.screen < 0 or self.screen == 1:
+            problems.append(f"screen {self.screen} must be 0 (no screen) or at least 2 seeds")
+        if self.screen and self.gate != "best":
+            problems.append("a screen needs gate 'best' (it picks one of several contenders)")
+        if self.screen and (self.variance != "own" or self.multiplicity != "bonferroni"):
+            problems.append("a screen tests one finalist: variance 'own' and multiplicity 'bonferroni'")
         if problems:
             raise ValueError(BAD_DESIGN.format(detail="; ".join(problems)))
 
@@ -532,7 +559,14 @@ class Design:
             "variance": self.variance,
             "multiplicity": self.multiplicity,
             "selection_guard": self.selection_guard,
+            "screen": self.screen,
+            "screen_tiers": self.screen_tiers,
         }
+
+    @property
+    def confirmation_seeds(self) -> int:
+        """The confirmation seeds the design uses at most: the screen's and the finalist's looks."""
+        return self.screen + max(self.confirmation_looks or (3,))
 
 
 #: The design ``mr2 tune`` uses (see docs/benchmarks/tune-operating-characteristics.md).
@@ -710,7 +744,14 @@ class Plan:
         self._stages = _cumulative(design.selection_looks, len(self.selection_seeds))
         pool = len(self.confirmation_seeds)
         self._looks = _cumulative(design.confirmation_looks, pool) if pool >= 2 else []
+        self._screen_size = design.screen if design.screen and pool >= design.screen + 2 else 0
+        if self._screen_size:
+            self._looks = _cumulative(design.confirmation_looks, pool - self._screen_size)
         self._looks = [n for n in self._looks if n >= 2]
+        self._screening = False  # the screen's round is the current one
+        self._offset = 0  # confirmation seeds before the finalist's (the screen's, once it ran)
+        self._finalist: str | None = None
+        self._screen_hard: list[int] | None = None  # the hard classes ranked on ERM's screen runs
         self._levels: list[float] = []
         self._validation: dict[str, dict[int, ValidationFigures]] = {label: {} for label in self.labels}
         self._test: dict[str, dict[int, SeedFigures]] = {label: {} for label in self.labels}
@@ -741,8 +782,11 @@ class Plan:
 
     @property
     def hard_classes(self) -> list[int]:
-        """The confirmation's hard classes (:attr:`Choice.hard_classes`), fixed at the end of
-        selection; [] before."""
+        """The hard classes the next test figures are scored on: the selection's
+        (:attr:`Choice.hard_classes`, fixed at its end; [] before), or after a screen with
+        ``screen_tiers`` those ranked on ERM's test runs of the screen."""
+        if self._screen_hard is not None:
+            return list(self._screen_hard)
         return [] if self._choice is None else self._choice.hard_classes
 
     @property
@@ -822,7 +866,7 @@ class Plan:
         """What to do (only once :meth:`next_round` returned [])."""
         if not self._done:
             raise TuneSelectionError(NOT_DONE)
-        best = self._adopted or (self._contenders[0] if self._contenders else None)
+        best = self._adopted or self._finalist or (self._contenders[0] if self._contenders else None)
         verdict = self._verdicts.get(best) if best is not None else self._verdicts.get(self.reference)
         return Advice(
             adopt=self._adopted is not None,
@@ -874,6 +918,8 @@ class Plan:
     def _confirmation_trainings(self) -> int:
         m = 1 if self.design.gate == "margin" else min(self.design.contenders, self._racing()[-1])
         looks = self._looks[-1] if self._looks else 0
+        if self._screen_size and m > 1:
+            return self._screen_size * (1 + m) + 2 * looks
         return looks * (1 + m) if (self.design.reference_alone or m > 0) else 0
 
     # -- internals ----------------------------------------------------------------------------
@@ -908,9 +954,12 @@ class Plan:
             order = {label: i for i, label in enumerate([self.reference, *self.labels])}
             rows.sort(key=lambda row: (row[0], order[row[1]] if row[1] != self.reference else -1))
             return [Request(SELECTION, label, self.selection_seeds[s]) for s, label in rows]
+        elif self._screening:
+            seeds = self.confirmation_seeds[:self._screen_size]
+            labels = [self.reference, *self._active]
         else:
-            previous = self._looks[self._stage - 1] if self._stage else 0
-            seeds = self.confirmation_seeds[previous:self._looks[self._stage]]
+            previous = self._offset + (self._looks[self._stage - 1] if self._stage else 0)
+            seeds = self.confirmation_seeds[previous:self._offset + self._looks[self._stage]]
             labels = [self.reference, *self._active]
         ordered = [label for label in self.labels if label in set(labels)]
         ordered.remove(self.reference)
@@ -994,8 +1043,10 @@ class Plan:
             return
         fractions = [n / self._looks[-1] for n in self._looks]
         # Bonferroni: each contender spends alpha / m over the looks; max_t: the m contenders share
-        # each look's increment of alpha through their largest t (max_t_level, at the look's df).
-        share = 1 if self.design.multiplicity == "max_t" else len(self._contenders)
+        # each look's increment of alpha through their largest t (max_t_level, at the look's df);
+        # a screen: one finalist, tested on fresh seeds, spends the whole alpha.
+        self._screening = bool(self._screen_size) and len(self._contenders) > 1
+        share = 1 if (self.design.multiplicity == "max_t" or self._screening) else len(self._contenders)
         self._levels = nominal_levels(fractions, self.design.alpha / share,
                                       self.design.spending, self.design.boundaries)
 
@@ -1016,6 +1067,12 @@ class Plan:
             ranked = self._ranked(self._choice) if self._choice is not None else []
             self._finish(self._no_contender_reason(ranked))
             return
+        if self._screening:
+            self._evaluate_screen()
+            return
+        if self._offset:  # after a screen: the finalist's and ERM's fresh seeds only
+            screened = set(self.confirmation_seeds[:self._offset])
+            reference = {s: f for s, f in reference.items() if s not in screened}
         last = self._stage == len(self._looks) - 1
         spread = self._pooled_spread() if self.design.variance == "pooled" else None
         level = self._levels[self._stage]
@@ -1026,7 +1083,10 @@ class Plan:
                 else level / len(self._contenders)
         adoptable: list[tuple[float, str]] = []
         for label in list(self._active):
-            verdict = judge_figures(reference, self._test[label], hard_classes=self.hard_classes,
+            figures = self._test[label]
+            if self._offset:
+                figures = {s: f for s, f in figures.items() if s not in screened}
+            verdict = judge_figures(reference, figures, hard_classes=self.hard_classes,
                                     reference_label=self.reference, chosen_label=label, alpha=level,
                                     spread=spread)
             self._verdicts[label] = verdict
@@ -1048,7 +1108,8 @@ class Plan:
                 decision = FUTILITY
             else:
                 decision = CONTINUE
-            self._looks_done.append(Look(label, self._stage, verdict.seeds, verdict.mean_difference,
+            index = self._stage + (1 if self._offset else 0)  # the screen is look 0
+            self._looks_done.append(Look(label, index, verdict.seeds, verdict.mean_difference,
                                          verdict.t_statistic, verdict.p_greater, level,
                                          verdict.overall_cost, decision))
             if decision in (OVERALL_COST, FUTILITY, UNSTABLE_DECISION):
@@ -1067,6 +1128,64 @@ class Plan:
             self._finish(self._final_reason())
             return
         self._stage += 1
+
+    def _evaluate_screen(self) -> None:
+        """The screen's results are in: the finalist (largest mean hard-tier change among the
+        contenders above the futility bound, overall accuracy not worse, no unstable run), or none."""
+        reference = self._test[self.reference]
+        runs = {label: self._test[label] for label in self._active}
+        hard = self._screen_classes()
+        if hard is not None:
+            self._screen_hard = hard
+            reference = {s: rescored(f, hard) for s, f in reference.items()}
+            runs = {label: {s: rescored(f, hard) for s, f in figures.items()}
+                    for label, figures in runs.items()}
+        bound = 0.0 if self.design.futility is None else self.design.futility
+        passing: list[tuple[float, str]] = []
+        order = {label: i for i, label in enumerate(self.labels)}
+        for label in list(self._active):
+            verdict = judge_figures(reference, runs[label], hard_classes=self.hard_classes,
+                                    reference_label=self.reference, chosen_label=label,
+                                    alpha=self.design.alpha)
+            self._verdicts[label] = verdict
+            unstable = bool(self._collapsed.get(label)) or verdict.outcome == UNSTABLE
+            if (verdict.t_statistic > bound and not verdict.overall_cost and not unstable
+                    and math.isfinite(verdict.mean_difference)):
+                passing.append((verdict.mean_difference, label))
+        finalist = max(passing, key=lambda item: (item[0], -order[item[1]]))[1] if passing else None
+        for label in list(self._active):
+            verdict = self._verdicts[label]
+            decision = FINALIST if label == finalist else (SCREENED_OUT if passing else FUTILITY)
+            if label != finalist and verdict.t_statistic <= bound:
+                decision = FUTILITY
+            self._looks_done.append(Look(label, 0, verdict.seeds, verdict.mean_difference,
+                                         verdict.t_statistic, verdict.p_greater, 0.0,
+                                         verdict.overall_cost, decision))
+            if label != finalist:
+                self._active.remove(label)
+                self._ruled_out[label] = (
+                    f"futility at the screen ({len(verdict.seeds)} fresh seeds)" if decision == FUTILITY else
+                    f"screened out: {finalist} changed the test hard tier more on the screen's "
+                    f"{len(verdict.seeds)} fresh seeds")
+        self._screening = False
+        self._offset = self._screen_size
+        self._finalist = finalist
+        self._stage = 0
+        if finalist is None:
+            self._finish(self._final_reason())
+
+    def _screen_classes(self) -> list[int] | None:
+        """The hard tier of ERM's mean per-class test accuracy over the screen's runs (None: no
+        ``screen_tiers``, or a screen run without per-class figures)."""
+        runs = [f for label in [self.reference, *self._active] for f in self._test[label].values()]
+        if not self.design.screen_tiers or not all(f.per_class for f in runs):
+            return None
+        accuracy = np.mean([f.per_class for f in self._test[self.reference].values()], axis=0)
+        ranked = np.flatnonzero(~np.isnan(accuracy))
+        if ranked.size == 0:
+            return None
+        tiers = assign_tiers(accuracy[ranked], min(3, int(ranked.size)))
+        return [int(k) for k in ranked[tiers == tiers.max()]]
 
     def _pooled_spread(self) -> tuple[float, int]:
         """:func:`pooled_spread` over the confirmation's looks so far: per look, ERM and every

@@ -64,11 +64,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from mr2.errors import MR2Error
 from mr2.report.statistics import paired_t_test
@@ -86,6 +86,7 @@ __all__ = [
     "judge",
     "judge_figures",
     "one_sided_power",
+    "rescored",
     "seed_figures",
     "seeds_needed",
 ]
@@ -124,6 +125,8 @@ BAD_HARD_CLASSES = (
     "hard_classes must be distinct class ids in [0, {num_classes}), at least one; got {value}"
 )
 NO_HARD_SAMPLE = "no hard class ({classes}) has a test sample: the test hard tier cannot be scored"
+NO_PER_CLASS = ("these test figures hold no per-class accuracies, so they cannot be scored on other hard "
+                "classes: build them with seed_figures(y_true, y_pred, hard_classes, num_classes)")
 _BAD_LEVEL = "alpha and power must lie strictly between 0 and 1; got alpha={alpha}, power={power}"
 
 
@@ -144,12 +147,47 @@ class SeedFigures:
             test sample (0: unknown, e.g. figures given as numbers); :func:`judge_figures` floors the
             spread of the differences with it.
         collapsed: the run tripped the feature-collapse guard (:mod:`mr2.losses.collapse`).
+        per_class: every class's test accuracy (NaN: no test sample); () when not known. Lets a
+            design score the run on other hard classes (:func:`rescored`).
+        class_counts: every class's number of test samples (with ``per_class``).
     """
 
     hard_tier: float
     overall: float
     rounding_sd: float = 0.0
     collapsed: bool = False
+    per_class: tuple[float, ...] = ()
+    class_counts: tuple[int, ...] = ()
+
+
+def _hard_figures(per_class: NDArray[np.float64], count: NDArray[np.float64],
+                  hard_classes: Sequence[int]) -> tuple[float, float]:
+    """The hard tier (mean accuracy of the hard classes with a test sample) and its rounding SD."""
+    hard = np.zeros(count.shape[0], dtype=bool)
+    hard[np.asarray(hard_classes, dtype=np.int64)] = True
+    present = hard & (count > 0)
+    if not present.any():
+        raise VerdictError(NO_HARD_SAMPLE.format(classes=sorted(int(k) for k in hard_classes)))
+    rounding_sd = math.sqrt(float((1.0 / (12.0 * count[present] ** 2)).sum())) / int(present.sum())
+    return float(per_class[present].mean()), rounding_sd
+
+
+def rescored(figures: SeedFigures, hard_classes: Sequence[int]) -> SeedFigures:
+    """The same run scored on other hard classes (needs :attr:`SeedFigures.per_class`).
+
+    Raises:
+        VerdictError: the figures hold no per-class accuracies, or no hard class has a test sample.
+
+    Example:
+        >>> f = seed_figures([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], [0, 2], 3)
+        >>> rescored(f, [1]).hard_tier, f.hard_tier
+        (1.0, 0.25)
+    """
+    if not figures.per_class:
+        raise VerdictError(NO_PER_CLASS)
+    hard_tier, rounding_sd = _hard_figures(np.asarray(figures.per_class, dtype=np.float64),
+                                           np.asarray(figures.class_counts, dtype=np.float64), hard_classes)
+    return replace(figures, hard_tier=hard_tier, rounding_sd=rounding_sd)
 
 
 def seed_figures(
@@ -173,14 +211,10 @@ def seed_figures(
     hit = (true == pred).astype(np.float64)
     count = np.bincount(true, minlength=num_classes).astype(np.float64)
     correct = np.bincount(true, weights=hit, minlength=num_classes)
-    hard = np.zeros(num_classes, dtype=bool)
-    hard[np.asarray(hard_classes, dtype=np.int64)] = True
-    present = hard & (count > 0)
-    if not present.any():
-        raise VerdictError(NO_HARD_SAMPLE.format(classes=sorted(int(k) for k in hard_classes)))
-    per_class = correct[present] / count[present]
-    rounding_sd = math.sqrt(float((1.0 / (12.0 * count[present] ** 2)).sum())) / int(present.sum())
-    return SeedFigures(hard_tier=float(per_class.mean()), overall=float(hit.mean()), rounding_sd=rounding_sd)
+    per_class = np.divide(correct, count, out=np.full(num_classes, np.nan), where=count > 0)
+    hard_tier, rounding_sd = _hard_figures(per_class, count, hard_classes)
+    return SeedFigures(hard_tier=hard_tier, overall=float(hit.mean()), rounding_sd=rounding_sd,
+                       per_class=tuple(per_class.tolist()), class_counts=tuple(int(n) for n in count))
 
 
 def one_sided_power(n: int, effect: float, alpha: float = ALPHA) -> float:

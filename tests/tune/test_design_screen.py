@@ -1,0 +1,172 @@
+"""The screen of :class:`mr2.tune.design.Design` (issue 44): contenders on a few fresh test seeds, one
+finalist, tested at the whole alpha on the seeds after the screen, hard classes ranked again on ERM's
+screen runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mr2.tune.design import FINALIST, SCREENED_OUT, Design, Plan, nominal_levels
+from mr2.tune.selection import ValidationFigures
+from mr2.tune.verdict import SeedFigures, VerdictError, rescored, seed_figures
+
+K = 6
+N_HALF = 10
+N_TEST = 200  # test samples per class
+LABELS = ["erm", "a", "b", "c"]
+#: ERM's per-class test accuracy: classes 4 and 5 are the hard tier on TEST, while on validation
+#: (``_val``) classes 0 and 1 are.
+ERM_TEST = np.array([0.9, 0.9, 0.8, 0.8, 0.5, 0.5])
+
+
+def _val(label: str, seed: int) -> ValidationFigures:
+    per_class = [0.4, 0.4, 0.7, 0.7, 0.9, 0.9]
+    if label == "a":  # validation ranks a, then b, then c
+        per_class[0] = per_class[1] = 0.6
+    elif label == "b":
+        per_class[0] = per_class[1] = 0.5
+    correct = tuple(round(a * N_HALF) for a in per_class)
+    return ValidationFigures(f"{label}@{seed}", seed, sum(per_class) / K, tuple(per_class),
+                             half_correct=(correct, correct), half_count=((N_HALF,) * K, (N_HALF,) * K))
+
+
+def _test_figures(gain: dict[str, float], hard: list[int], with_classes: bool = True):
+    """Per-class test accuracies on the count lattice: ERM_TEST, plus ``gain`` on classes 4 and 5,
+    plus a small seed wobble; scored on ``hard()`` at record time as the driver does."""
+    def figures(label: str, seed: int, scored_on: list[int]) -> SeedFigures:
+        wobble = 0.01 * math.sin(1.7 * seed + 3 * len(label))
+        per_class = ERM_TEST + wobble + np.where(np.arange(K) >= 4, gain.get(label, 0.0), 0.0)
+        correct = np.rint(per_class * N_TEST)
+        y_true = np.repeat(np.arange(K), N_TEST)
+        y_pred = np.where(np.arange(N_TEST)[None, :] < correct[:, None], np.arange(K)[:, None],
+                          (np.arange(K)[:, None] + 1) % K).reshape(-1)
+        f = seed_figures(y_true, y_pred, scored_on, K)
+        return f if with_classes else SeedFigures(f.hard_tier, f.overall, f.rounding_sd)
+    return figures
+
+
+def _drive(plan: Plan, test) -> list[list[tuple[str, str, int]]]:
+    rounds = []
+    while requests := plan.next_round():
+        rounds.append([(r.phase, r.label, r.seed) for r in requests])
+        for r in requests:
+            if r.phase == "selection":
+                plan.record_validation(r.label, r.seed, _val(r.label, r.seed))
+            else:
+                plan.record_test(r.label, r.seed, test(r.label, r.seed, plan.hard_classes))
+    return rounds
+
+
+def test_rescored_is_the_mean_accuracy_of_the_new_hard_classes():
+    rng = np.random.default_rng(0)
+    y_true = rng.integers(0, 5, 400)
+    y_pred = np.where(rng.random(400) < 0.7, y_true, rng.integers(0, 5, 400))
+    f = seed_figures(y_true, y_pred, [0, 1], 5)
+    for hard in ([3], [2, 4], [0, 1, 2, 3, 4]):
+        expected = np.mean([np.mean(y_pred[y_true == k] == k) for k in hard])
+        counts = np.array([np.sum(y_true == k) for k in hard], dtype=np.float64)
+        assert rescored(f, hard).hard_tier == pytest.approx(expected, abs=1e-15)
+        assert rescored(f, hard).rounding_sd == pytest.approx(math.sqrt(np.sum(1 / (12 * counts ** 2))) / len(hard))
+        assert rescored(f, hard).overall == f.overall
+    with pytest.raises(VerdictError, match="no per-class accuracies"):
+        rescored(SeedFigures(0.5, 0.6), [1])
+
+
+def test_the_screen_picks_a_finalist_tests_it_on_fresh_seeds_at_the_whole_alpha():
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    # b gains the most on the TEST hard classes (4, 5); a a little; c loses.
+    rounds = _drive(plan, _test_figures({"a": 0.02, "b": 0.06, "c": -0.05}, []))
+    advice = plan.advice()
+    assert plan.contenders == ["a", "b", "c"]  # validation's order
+    assert plan.hard_classes == [4, 5]  # ranked again on ERM's two screen runs
+    assert plan.choice is not None and plan.choice.hard_classes == [0, 1]
+    # selection 2 x 4; the screen: ERM and 3 contenders on seeds 10, 11; the finalist on 12-14.
+    assert [len(r) for r in rounds] == [8, 8, 6]
+    assert {s for _, _, s in rounds[1]} == {10, 11} and {s for _, _, s in rounds[2]} == {12, 13, 14}
+    assert {label for _, label, _ in rounds[2]} == {"erm", "b"}
+    decisions = [(look.contender, look.look, look.decision) for look in advice.looks]
+    assert decisions == [("a", 0, SCREENED_OUT), ("b", 0, FINALIST), ("c", 0, "futility"), ("b", 1, "adopt")]
+    assert (advice.adopt, advice.use, advice.chosen, advice.reason) == (True, "b", "b", "confirmed")
+    assert advice.verdict is not None and advice.verdict.seeds == [12, 13, 14]
+    # the finalist spends the whole alpha (no Bonferroni over the 3 contenders)
+    assert advice.looks[-1].boundary == pytest.approx(nominal_levels([0.5, 1.0], 0.05, "obrien_fleming")[0])
+    # its verdict's mean difference is on classes 4 and 5: +0.06
+    assert advice.verdict.mean_difference == pytest.approx(0.06, abs=0.006)
+    assert plan.trainings == 22 and plan.max_trainings() == 8 + 2 * 4 + 2 * 6
+    assert "screened out" in advice.ruled_out["a"] and "futility at the screen" in advice.ruled_out["c"]
+
+
+def test_without_per_class_figures_the_selections_hard_classes_stay():
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    _drive(plan, _test_figures({"a": 0.02, "b": 0.06, "c": -0.05}, [], with_classes=False))
+    assert plan.hard_classes == [0, 1]
+    advice = plan.advice()
+    # scored on classes 0 and 1, which nobody changes: nothing is adopted
+    assert not advice.adopt and advice.reason == "inconclusive"
+
+
+def test_a_screen_with_no_contender_above_the_futility_bound_keeps_erm():
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    rounds = _drive(plan, _test_figures({"a": -0.03, "b": -0.04, "c": -0.05}, []))
+    advice = plan.advice()
+    assert [len(r) for r in rounds] == [8, 8]  # nothing after the screen
+    assert not advice.adopt and advice.use == "erm"
+    assert {look.decision for look in advice.looks} == {"futility"}
+
+
+@pytest.mark.parametrize("contenders, pool, screened", [(1, 10, False), (3, 3, False), (3, 4, True)])
+def test_the_screen_is_skipped_with_one_contender_or_a_short_pool(contenders, pool, screened):
+    design = Design(selection_looks=(2,), contenders=contenders, screen=2, confirmation_looks=(3, 6),
+                    futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 10 + pool)), design=design)
+    rounds = _drive(plan, _test_figures({"a": 0.06, "b": 0.06, "c": 0.06}, []))
+    first = rounds[1]
+    labels = {label for _, label, _ in first}
+    assert (len(labels) == contenders + 1 and {s for _, _, s in first} == {10, 11}) == screened
+    if not screened:  # the plain confirmation: Bonferroni over the contenders
+        levels = nominal_levels([n / min(6, pool) for n in sorted({min(3, pool), min(6, pool)})],
+                                0.05 / contenders, "obrien_fleming")
+        assert plan.advice().looks[0].boundary == pytest.approx(levels[0])
+
+
+@pytest.mark.parametrize("bad, match", [({"screen": 1}, "screen 1"), ({"screen": 2, "gate": "margin"}, "gate"),
+                                        ({"screen": 2, "variance": "pooled"}, "finalist")])
+def test_invalid_screens_are_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        Design(**{"contenders": 1, **bad})
+
+
+def test_a_useless_finalist_is_adopted_at_most_alpha_by_monte_carlo():
+    """Every candidate equal to ERM (per-class accuracies binomial on 200 test samples per class,
+    seed-level class noise): P(adopt) over 400 tunes stays within 3 binomial SEs of 5 %."""
+    rng = np.random.default_rng(3)
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    base = np.array([0.9, 0.85, 0.8, 0.75, 0.6, 0.55])
+    adopted = 0
+    reps = 400
+    for _ in range(reps):
+        plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+        while requests := plan.next_round():
+            for r in requests:
+                if r.phase == "selection":
+                    correct = rng.binomial(N_HALF, base)
+                    plan.record_validation(r.label, r.seed, ValidationFigures(
+                        f"{r.label}@{r.seed}", r.seed, float(correct.mean() / N_HALF), tuple(correct / N_HALF),
+                        half_correct=(tuple(int(c) for c in correct), tuple(int(c) for c in correct)),
+                        half_count=((N_HALF,) * K, (N_HALF,) * K)))
+                else:
+                    p = np.clip(base + 0.02 * rng.standard_normal(K), 0, 1)
+                    per_class = rng.binomial(N_TEST, p) / N_TEST
+                    hard = plan.hard_classes
+                    plan.record_test(r.label, r.seed, SeedFigures(
+                        float(per_class[hard].mean()), float(per_class.mean()), 0.0,
+                        per_class=tuple(per_class.tolist()), class_counts=(N_TEST,) * K))
+        adopted += plan.advice().adopt
+    rate = adopted / reps
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
