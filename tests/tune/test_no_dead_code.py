@@ -35,3 +35,26 @@ def test_a_record_of_this_mr2_only_round_trips():
     """The pre-``adopt`` reading is the track study's (studies/tune_track/track.py read_record)."""
     assert "before ``adopt``" not in (record.TuneRecord.from_dict.__doc__ or "")
     assert "def read_record" in (ROOT / "studies" / "tune_track" / "track.py").read_text()
+
+
+def test_constants_are_written_once():
+    from mr2.tune import command, design, script, trial_process, trials
+
+    assert command.STOP_GRACE is trial_process.DEFAULT_GRACE
+    assert script.SPLITS is trials.SPLITS
+    assert not hasattr(trials, "PHASES") and design.PHASES == ("selection", "confirmation")
+    sources = {path.name: path.read_text() for path in (ROOT / "src" / "mr2" / "tune").glob("*.py")}
+    assert [name for name, source in sources.items() if re.search(r"^SPLITS = ", source, re.M)] == ["trials.py"]
+
+
+def test_class_ids_are_the_argmax_of_the_logits_or_the_ids_given():
+    import numpy as np
+
+    from mr2.tune.trials import Predictions, class_ids
+
+    logits = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 2.0], [0.0, 0.0, 3.0]], dtype=np.float32)
+    y_true, y_pred = class_ids(Predictions(np.array([1, 0, 2], dtype=np.int16), logits=logits))
+    assert y_true.dtype == y_pred.dtype == np.int64
+    assert y_true.tolist() == [1, 0, 2] and y_pred.tolist() == [1, 0, 2]  # a tie: the first maximum
+    y_true, y_pred = class_ids(Predictions(np.array([0, 1]), y_pred=np.array([1, 1], dtype=np.int32)))
+    assert y_pred.dtype == np.int64 and y_pred.tolist() == [1, 1]

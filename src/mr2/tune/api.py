@@ -15,7 +15,7 @@ from mr2.tune.candidates import DEFAULT_CANDIDATE_SET, Candidate
 from mr2.tune.design import DEFAULT_DESIGN, Design
 from mr2.tune.driver import TuneResult, describe, run_tune
 from mr2.tune.errors import TuneInputError
-from mr2.tune.request import make_request
+from mr2.tune.request import TuneRequest, make_request
 from mr2.tune.source import FunctionSource, function_identity
 from mr2.tune.trials import Trial, TrialPredictions, TrialStore
 
@@ -25,6 +25,15 @@ NOT_CALLABLE = "train_fn must be callable as train_fn(candidate, seed); got {kin
 NO_SUBMIT = (
     "executor must have submit(fn, *args) (a concurrent.futures.Executor or a submitit executor); got {kind}"
 )
+
+
+def _request_and_store(identity: dict[str, Any] | None, retrain: bool, **arguments: Any
+                       ) -> tuple[TuneRequest, TrialStore]:
+    """The checked request (:func:`mr2.tune.request.make_request` of ``arguments``) and its trial
+    store, whose trials ``identity`` produced (None: not checked)."""
+    request = make_request(**arguments)
+    assert request.num_classes is not None
+    return request, TrialStore(request.directory, request.num_classes, identity, retrain=bool(retrain))
 
 
 def _train(train_fn: Callable[[Candidate, int], Any], trial: Trial) -> Any:
@@ -113,13 +122,10 @@ def tune(
         raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
-    function_identity(train_fn, version)  # a bad version: before anything is written
-    request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
-                           confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
-                           name=name, class_names=class_names, design=design)
-    assert request.num_classes is not None
-    store = TrialStore(request.directory, request.num_classes, function_identity(train_fn, version),
-                       retrain=bool(retrain))
+    request, store = _request_and_store(
+        function_identity(train_fn, version), retrain, num_classes=num_classes, candidates=candidates,
+        seeds=seeds, confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir, name=name,
+        class_names=class_names, design=design)
     source = FunctionSource(partial(_train, train_fn), store, executor=executor, workers=workers)
     return run_tune(request, source, stream=stream)
 
@@ -150,14 +156,12 @@ def describe_tune(
         TuneInputError: bad arguments, exactly as :func:`tune` would.
         TrialError: stored trials of another ``train_fn`` or version (with ``train_fn`` given).
     """
-    identity = None if train_fn is None else function_identity(train_fn, version)
-    request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
-                           confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir,
-                           name=name, design=design)
-    assert request.num_classes is not None
+    request, store = _request_and_store(
+        None if train_fn is None else function_identity(train_fn, version), retrain, num_classes=num_classes,
+        candidates=candidates, seeds=seeds, confirm_seeds=confirm_seeds, criterion=criterion,
+        output_dir=output_dir, name=name, design=design)
 
     def never(trial: Trial) -> Any:  # a dry run trains nothing
         raise AssertionError(f"describe_tune ran a trial: {trial.name}")
 
-    store = TrialStore(request.directory, request.num_classes, identity, retrain=bool(retrain))
     return describe(request, FunctionSource(never, store))

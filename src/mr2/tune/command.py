@@ -59,6 +59,7 @@ from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult, run_stored_trials
 from mr2.tune.text import script_paste
+from mr2.tune.trial_process import DEFAULT_GRACE
 from mr2.tune.trials import SPLITS, Trial, TrialPredictions, TrialStore, read_trial_file
 
 __all__ = [
@@ -97,7 +98,7 @@ FORMAT_SPEC = (
     "--command writes {shown}: placeholders take no format spec or conversion; write {{{name}}} (mr2 "
     "substitutes and shell-quotes it)"
 )
-BAD_TIMEOUT = "--trial-timeout must be a number of seconds > 0; got {value}"
+_BAD_TIMEOUT = "--trial-timeout must be a number of seconds > 0; got {value}"
 QUOTED_PLACEHOLDER = (
     "--command puts {{{name}}} inside quotes; leave the placeholders unquoted (mr2 passes each value as one "
     "word, whatever it holds), or, inside a nested shell's quoted script (sh -c '...'), write \"$MR2_LOSS\", "
@@ -121,8 +122,9 @@ TIMED_OUT = (
 )
 #: The trial's process-group leader (run as a script: standard library only).
 TRIAL_PROCESS = str(Path(__file__).with_name("trial_process.py"))
-#: Seconds between SIGTERM and SIGKILL when a trial command is stopped (tune stopped, or died).
-STOP_GRACE = 2.0
+#: Seconds between SIGTERM and SIGKILL when a trial command is stopped (tune stopped, or died): the
+#: leader's own default.
+STOP_GRACE = DEFAULT_GRACE
 #: Seconds the leader is given beyond the grace to kill and reap what its trial left.
 LEADER_MARGIN = 5.0
 
@@ -591,7 +593,7 @@ def command_source(template: str, request: TuneRequest, *, workers: int = 1,
     """
     assert request.num_classes is not None
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise TuneInputError(BAD_TIMEOUT.format(value=timeout))
+        raise TuneInputError(_BAD_TIMEOUT.format(value=timeout))
     check_command(template)
     unsafe = _unsafe_output(request.directory)
     if check_output and unsafe:

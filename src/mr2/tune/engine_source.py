@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
 from mr2.config import RunConfig, config_to_dict
 from mr2.engine.final import PREDICTIONS_DIR
 from mr2.sweep import SweepSpec, plan_sweep, spec_from_dict
@@ -41,7 +39,7 @@ from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult
 from mr2.tune.text import config_paste
-from mr2.tune.trials import SPLITS, Trial, read_trial_file
+from mr2.tune.trials import SPLITS, Trial, class_ids, read_trial_file
 
 __all__ = [
     "BAD_COUNT",
@@ -62,7 +60,7 @@ NO_PREDICTIONS = (
 )
 #: Why a run that was not accepted failed its trial, by the sweep's status (a ``failed`` run's
 #: message says it all; the driver prints "failed (...)" around it).
-NOT_ACCEPTED = {"failed": "{message}", "running": "running elsewhere: {message}"}
+_NOT_ACCEPTED = {"failed": "{message}", "running": "running elsewhere: {message}"}
 
 
 def _gpus(device: str) -> int:
@@ -198,7 +196,7 @@ class EngineSource:
                 log = outcome.log_path
                 if outcome.status not in ("done", "skipped"):
                     message = outcome.message or "see its log"
-                    failure = NOT_ACCEPTED.get(outcome.status, "{status}: {message}").format(
+                    failure = _NOT_ACCEPTED.get(outcome.status, "{status}: {message}").format(
                         status=outcome.status, message=message)
                     results[key] = TrialResult(trial, None, failure=failure, log=log, seconds=outcome.seconds)
                     continue
@@ -215,11 +213,9 @@ class EngineSource:
             if self._classes is None:
                 self._classes = point.directory.read_final().num_classes
             try:  # the bounded, checked reader of every trial's predictions (a damaged file: failed)
-                item = read_trial_file(trial, split, file, self._classes, log)
+                predictions[split] = class_ids(read_trial_file(trial, split, file, self._classes, log))
             except TrialError as error:
                 return TrialResult(trial, None, failure=str(error), log=log, seconds=seconds)
-            y_pred = item.y_pred if item.logits is None else np.argmax(item.logits, axis=1)
-            predictions[split] = (np.asarray(item.y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64))
         return TrialResult(trial, predictions, log=log, seconds=seconds, reused=reused)
 
 

@@ -48,14 +48,13 @@ from mr2.io import atomic_write_bytes
 from mr2.memory import allocatable_bytes
 from mr2.methods.spec import LossSpecError, LossSpecJSONError, parse_loss_spec
 from mr2.tune.errors import TuneInputError
+from mr2.tune.trials import SPLITS
 from mr2.value_types import is_int, is_number
 
 __all__ = ["add_trial_arguments", "fixed_split", "write_predictions"]
 
 T = TypeVar("T")
 
-#: The splits :func:`write_predictions` writes, and the files ``mr2 tune --command`` reads.
-SPLITS = ("val", "test")
 #: The loss ``--loss-json`` defaults to (plain cross-entropy), so the script also runs on its own.
 DEFAULT_LOSS_JSON = '{"method": "erm", "options": {}}'
 

@@ -53,7 +53,7 @@ UNREADABLE = (
     "{trial} finished earlier but its stored predictions in {path} cannot be read ({error}); training it "
     "again"
 )
-RETRAINED = (
+_RETRAINED = (
     "retrain: {count} stored trial(s) in {directory} of another producer or K are no longer finished; each "
     "is trained again when the plan reaches it"
 )
@@ -197,7 +197,7 @@ def run_stored_trials(
     todo: list[Trial] = []
     discarded = store.discard_stale()
     if discarded:
-        print(RETRAINED.format(count=discarded, directory=store.root), file=out, flush=True)
+        print(_RETRAINED.format(count=discarded, directory=store.root), file=out, flush=True)
     for trial in trials:
         if store.is_finished(trial):
             try:
@@ -316,7 +316,7 @@ def _poll(futures: Sequence[Any]) -> list[Any]:
     return done
 
 
-BAD_VERSION = (
+_BAD_VERSION = (
     "version must be a string naming what train_fn trains (e.g. a git commit, or 'lr=0.1, 20 epochs'); "
     "got {value}"
 )
@@ -377,7 +377,7 @@ def function_identity(train_fn: Any, version: str | None = None) -> dict[str, An
     """
     if version is not None and (not isinstance(version, str) or len(version) > MAX_VERSION_LENGTH):
         shown = repr(version) if not isinstance(version, str) else f"{len(version)} characters"
-        raise TuneInputError(BAD_VERSION.format(value=shown[:80]))
+        raise TuneInputError(_BAD_VERSION.format(value=shown[:80]))
     return {"kind": "python", "function": _callable_name(train_fn),
             "source": None if version is not None else _source_digest(train_fn), "version": version}
 

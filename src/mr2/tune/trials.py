@@ -40,7 +40,6 @@ from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed
 
 __all__ = [
-    "PHASES",
     "PRODUCER_DIFFERS",
     "SPLITS",
     "Predictions",
@@ -49,12 +48,11 @@ __all__ = [
     "TrialPredictions",
     "TrialStore",
     "check_trial_predictions",
+    "class_ids",
     "read_trial_file",
 ]
 
-#: The phases of a tune.
-PHASES = ("selection", "confirmation")
-#: The splits a trial predicts.
+#: The splits a trial predicts (and :func:`mr2.tune.script.write_predictions` writes).
 SPLITS = ("val", "test")
 TRIAL_RECORD = "trial.json"
 #: The largest trial.json read (one is a few hundred bytes; a longer one is damaged).
@@ -86,10 +84,10 @@ WAY_OUT = {
               "train_fn",
 }
 #: A trial whose record cannot be read: it is not finished (the record is written last), so it runs again.
-DAMAGED_RECORD = "{trial}: its record {path} is damaged ({problem}); training it again"
+_DAMAGED_RECORD = "{trial}: its record {path} is damaged ({problem}); training it again"
 _SHOWN_CHARS = 100
 #: A split's logits are not all finite: the trial FAILED (its candidate is ruled out), not bad input.
-NON_FINITE = "logits hold NaN or infinite values (a diverged model?); they must be finite"
+_NON_FINITE = "logits hold NaN or infinite values (a diverged model?); they must be finite"
 
 
 def _log(log: Path | None) -> str:
@@ -121,6 +119,13 @@ class TrialPredictions:
 
     val: Predictions | Mapping[str, Any]
     test: Predictions | Mapping[str, Any]
+
+
+def class_ids(item: Predictions) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``(y_true, y_pred)`` of checked predictions as int64 class ids (``y_pred``: the logits' argmax
+    where there are logits)."""
+    y_pred = item.y_pred if item.logits is None else np.argmax(item.logits, axis=1)
+    return np.asarray(item.y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -166,13 +171,13 @@ def _check_split(trial: Trial, split: str, y_true: Any, y_pred: Any, logits: Any
     """Check one split's arrays.
 
     Raises:
-        TrialFailed: non-finite logits (:data:`NON_FINITE`: a diverged model).
+        TrialFailed: non-finite logits (:data:`_NON_FINITE`: a diverged model).
         TrialError: anything else wrong (:func:`_split_problem`).
     """
     try:
         problem = _split_problem(y_true, y_pred, logits, num_classes)
     except _NonFinite:
-        raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=NON_FINITE,
+        raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=_NON_FINITE,
                                             log=_log(log))) from None
     if problem:
         raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
@@ -413,6 +418,8 @@ class TrialStore:
         self._checked = True
         if not self.root.is_dir():
             return
+        from mr2.tune.design import PHASES
+
         def order(file: Path) -> tuple[int, str, int]:  # selection first, then by label and seed
             phase, label, seed = file.parent.relative_to(self.root).parts
             number = seed.removeprefix("seed=")
@@ -452,7 +459,7 @@ class TrialStore:
             return False
         found, problem = self._load_record(file)
         if found is None:
-            self.damaged[trial.key] = DAMAGED_RECORD.format(trial=trial.name, path=file, problem=problem)
+            self.damaged[trial.key] = _DAMAGED_RECORD.format(trial=trial.name, path=file, problem=problem)
             return False
         expected = self._record(trial)
         for key, value in expected.items():
@@ -521,12 +528,9 @@ class TrialStore:
             TrialFailed: stored non-finite logits (the trial failed, as it would fresh).
             TrialError: a stored file that cannot be used (missing, too large, a FIFO, corrupt...).
         """
-        result = {}
-        for split in splits:
-            item = read_trial_file(trial, split, self.path(trial) / f"{split}.npz", self.num_classes)
-            y_pred = item.y_pred if item.logits is None else np.argmax(item.logits, axis=1)
-            result[split] = (np.asarray(item.y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64))
-        return result
+        return {split: class_ids(read_trial_file(trial, split, self.path(trial) / f"{split}.npz",
+                                                 self.num_classes))
+                for split in splits}
 
     def remember_labels(self, trial: Trial) -> None:
         """Take a stored trial's ``y_true`` as the reference of every split, if none is set yet."""
