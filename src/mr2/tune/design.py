@@ -757,6 +757,7 @@ class Plan:
         self._test: dict[str, dict[int, SeedFigures]] = {label: {} for label in self.labels}
         self._active = [label for label in self.labels if label != reference]  # in the race
         self._ruled_out: dict[str, str] = {}
+        self._failed: set[str] = set()  # ruled out because a trial failed (not eligible, dropped... are not)
         self._outstanding: set[Request] = set()
         self._issued: set[Request] = set()
         self._cancelled: set[Request] = set()
@@ -854,7 +855,9 @@ class Plan:
         if request.label == self.reference:
             raise TuneSelectionError(REFERENCE_FAILED.format(reference=self.reference, phase=phase,
                                                              seed=seed, reason=reason))
-        self._ruled_out.setdefault(request.label, FAILED.format(reason=reason))
+        if request.label not in self._ruled_out:
+            self._ruled_out[request.label] = FAILED.format(reason=reason)
+            self._failed.add(request.label)
         if request.label in self._active:
             self._active.remove(request.label)
         # Its other trials of this round are no longer awaited.
@@ -1055,7 +1058,7 @@ class Plan:
 
     def _all_failed(self) -> bool:
         others = [label for label in self.labels if label != self.reference]
-        return bool(others) and all(self._ruled_out.get(label, "").startswith("failed") for label in others)
+        return bool(others) and all(label in self._failed for label in others)
 
     def _evaluate_confirmation(self) -> None:
         reference = self._test[self.reference]
