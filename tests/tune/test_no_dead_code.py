@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_no_reader_of_final_json_for_the_choice_and_no_validation_only_store_read():
     assert not hasattr(selection, "read_validation") and "read_validation" not in mr2.tune.__all__
     assert not hasattr(TrialStore, "validation")
+    from mr2.tune import verdict
+
+    assert not hasattr(verdict, "judge")  # judge_figures on seed_figures is the one way
 
 
 def test_the_rule_in_words_is_text_s():

@@ -9,14 +9,10 @@ import pytest
 from scipy import integrate, stats
 
 from mr2.tune.verdict import (
-    BAD_HARD_CLASSES,
-    BAD_PREDICTIONS,
-    LABELS_DIFFER,
     NO_HARD_SAMPLE,
     TOO_FEW_SEEDS,
     SeedFigures,
     VerdictError,
-    judge,
     judge_figures,
     one_sided_power,
     seed_figures,
@@ -139,7 +135,7 @@ def _loop_figures(y_true: list[int], y_pred: list[int], hard: list[int]) -> tupl
 
 
 @pytest.mark.parametrize("trial", range(12))
-def test_judge_matches_the_loop_oracle_on_random_predictions(trial):
+def test_the_verdict_matches_the_loop_oracle_on_random_predictions(trial):
     rng = np.random.default_rng(trial)
     num_classes = int(rng.integers(3, 9))
     y_true = rng.integers(0, num_classes, size=int(rng.integers(20, 120)))
@@ -155,7 +151,9 @@ def test_judge_matches_the_loop_oracle_on_random_predictions(trial):
 
     ref = {s: (y_true, predict("erm")) for s in seeds}
     new = {s: (y_true, predict("m")) for s in seeds}
-    verdict = judge(ref, new, hard, num_classes, chosen_label="m")
+    verdict = judge_figures({s: seed_figures(*ref[s], hard, num_classes) for s in seeds},
+                            {s: seed_figures(*new[s], hard, num_classes) for s in seeds}, hard_classes=hard,
+                            chosen_label="m")
     ref_fig = [_loop_figures(y_true.tolist(), ref[s][1].tolist(), hard) for s in seeds]
     new_fig = [_loop_figures(y_true.tolist(), new[s][1].tolist(), hard) for s in seeds]
     ref_hard, ref_overall = [f[0] for f in ref_fig], [f[1] for f in ref_fig]
@@ -220,27 +218,10 @@ def test_seeds_needed_edge_cases():
     assert 6.1e6 < seeds_needed(1e-3, 1.0, limit=10**8) < 6.3e6  # (z_0.95 + z_0.8)^2 / effect^2
 
 
-def test_judge_refuses_bad_input():
-    y = np.array([0, 1, 2, 2])
-    ok = {0: (y, y), 1: (y, y)}
-    with pytest.raises(VerdictError) as error:
-        judge(ok, {0: (y, y), 1: (y[::-1].copy(), y)}, [2], 3, chosen_label="m")
-    assert str(error.value) == LABELS_DIFFER.format(method="m", seed=1, first_method="erm", first_seed=0)
-    for hard in ([], [3], [1, 1], [-1]):
-        with pytest.raises(VerdictError) as error:
-            judge(ok, ok, hard, 3)
-        assert str(error.value) == BAD_HARD_CLASSES.format(num_classes=3, value=hard)
-    with pytest.raises(VerdictError) as error:
-        judge({0: (y, y), 1: (y, y + 1)}, None, [2], 3)
-    assert str(error.value) == BAD_PREDICTIONS.format(method="erm", seed=1, num_classes=3,
-                                                      detail="class ids from 0 to 3")
-    with pytest.raises(VerdictError) as error:
-        judge({0: (y, y.astype(float)), 1: (y, y)}, None, [2], 3)
-    assert str(error.value) == BAD_PREDICTIONS.format(method="erm", seed=0, num_classes=3,
-                                                      detail="dtypes int64 and float64")
+def test_a_hard_tier_without_a_test_sample_is_refused():
     y3 = np.array([0, 0, 1])
     with pytest.raises(VerdictError) as error:
-        judge({0: (y3, y3), 1: (y3, y3)}, None, [2], 3)
+        seed_figures(y3, y3, [2], 3)
     assert str(error.value) == NO_HARD_SAMPLE.format(classes=[2])
 
 

@@ -72,7 +72,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from mr2.errors import MR2Error
 from mr2.report.statistics import paired_t_test
-from mr2.tune.selection import prediction_problem
 
 __all__ = [
     "ALPHA",
@@ -83,7 +82,6 @@ __all__ = [
     "SeedFigures",
     "Verdict",
     "VerdictError",
-    "judge",
     "judge_figures",
     "one_sided_power",
     "rescored",
@@ -112,17 +110,6 @@ _ROUNDING = 1e-12
 TOO_FEW_SEEDS = (
     "the verdict needs at least 2 confirmation seeds that both ERM and {chosen} finished; got {count} "
     "({seeds}); rerun the confirmation"
-)
-LABELS_DIFFER = (
-    "{method} seed {seed}'s test labels (y_true) differ from {first_method} seed {first_seed}'s; the "
-    "confirmation runs must predict the same test samples in the same order"
-)
-BAD_PREDICTIONS = (
-    "{method} seed {seed}: test y_true and y_pred must be 1-D integer arrays of the same length with "
-    "class ids in [0, {num_classes}); got {detail}"
-)
-BAD_HARD_CLASSES = (
-    "hard_classes must be distinct class ids in [0, {num_classes}), at least one; got {value}"
 )
 NO_HARD_SAMPLE = "no hard class ({classes}) has a test sample: the test hard tier cannot be scored"
 NO_PER_CLASS = ("these test figures hold no per-class accuracies, so they cannot be scored on other hard "
@@ -489,63 +476,3 @@ def judge_figures(
         verdict.outcome = INCONCLUSIVE
     return verdict
 
-
-def _check_predictions(method: str, seed: int, y_true: Any, y_pred: Any, num_classes: int) -> np.ndarray:
-    true, pred = np.asarray(y_true), np.asarray(y_pred)
-    problem = prediction_problem(true, pred, num_classes)
-    if problem:
-        raise VerdictError(BAD_PREDICTIONS.format(method=method, seed=seed, num_classes=num_classes,
-                                                  detail=problem))
-    return true.astype(np.int64)
-
-
-def judge(
-    reference: Mapping[int, tuple[ArrayLike, ArrayLike]],
-    chosen: Mapping[int, tuple[ArrayLike, ArrayLike]] | None,
-    hard_classes: Sequence[int],
-    num_classes: int,
-    *,
-    reference_label: str = "erm",
-    chosen_label: str | None = None,
-    alpha: float = ALPHA,
-    power: float = POWER,
-) -> Verdict:
-    """The verdict from the confirmation runs' test predictions (seed -> ``(y_true, y_pred)``).
-
-    Args:
-        reference: ERM's test predictions per confirmation seed.
-        chosen: the chosen candidate's (None when ERM was chosen).
-        hard_classes: the hard tier ranked on validation (:attr:`Choice.hard_classes`).
-        num_classes: K.
-        reference_label, chosen_label, alpha, power: as in :func:`judge_figures`.
-
-    Raises:
-        VerdictError: bad predictions, test labels that differ between runs, bad ``hard_classes``,
-            fewer than 2 paired seeds.
-
-    Example:
-        >>> y = np.array([0, 0, 1, 1, 2, 2])
-        >>> erm = {0: (y, np.array([0, 0, 1, 1, 2, 0])), 1: (y, np.array([0, 0, 1, 1, 0, 0]))}
-        >>> new = {0: (y, np.array([0, 0, 1, 1, 2, 2])), 1: (y, np.array([0, 1, 1, 1, 2, 2]))}
-        >>> verdict = judge(erm, new, [2], 3, chosen_label="mr2")
-        >>> verdict.outcome, verdict.hard_differences, verdict.seeds_needed
-        ('inconclusive', [0.5, 1.0], 4)
-    """
-    hard = [int(k) for k in hard_classes]
-    if not hard or len(set(hard)) != len(hard) or min(hard) < 0 or max(hard) >= num_classes:
-        raise VerdictError(BAD_HARD_CLASSES.format(num_classes=num_classes, value=list(hard_classes)))
-    groups = [(reference_label, reference)] + ([] if chosen is None else [(chosen_label or "chosen", chosen)])
-    first: tuple[str, int, np.ndarray] | None = None
-    figures: list[dict[int, SeedFigures]] = []
-    for method, runs in groups:
-        figures.append({})
-        for seed, (y_true, y_pred) in runs.items():
-            true = _check_predictions(method, seed, y_true, y_pred, num_classes)
-            if first is None:
-                first = (method, seed, true)
-            elif not np.array_equal(true, first[2]):
-                raise VerdictError(LABELS_DIFFER.format(method=method, seed=seed, first_method=first[0],
-                                                        first_seed=first[1]))
-            figures[-1][seed] = seed_figures(true, y_pred, hard, num_classes)
-    return judge_figures(figures[0], None if chosen is None else figures[1], hard_classes=hard,
-                         reference_label=reference_label, chosen_label=chosen_label, alpha=alpha, power=power)
