@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import statistics
 import sys
 import time
@@ -509,8 +510,44 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
 
 
 def pools_for(name: str) -> tuple[Sequence[int], Sequence[int]]:
-    _, selection, confirmation = DESIGNS[name]
-    return SELECTION_POOL[:selection], CONFIRMATION_POOL[:confirmation]
+    design, selection, confirmation = DESIGNS[name]
+    return SELECTION_POOL[:selection], CONFIRMATION_POOL[:max(confirmation, design.confirmation_seeds)]
+
+
+Rows = dict[str, dict[int, dict[str, dict[str, float]]]]
+
+
+def _cell_results(job: tuple[int, Cell, argparse.Namespace, list[str], float]
+                  ) -> tuple[tuple[float, float, float, float] | None, Rows]:
+    """One cell: its calibration (if asked) and every design x candidate count x scenario, in that
+    order, from the cell's own generator ``[seed, cell index]``."""
+    i, cell, args, scenarios, start = job
+    sim = Simulator(cell, np.random.default_rng([args.seed, i]))
+    calibrated = calibration(sim, args.calibration_reps) if args.calibration_reps else None
+    rows: Rows = {}
+    for design_name in args.design:
+        design, _, _ = DESIGNS[design_name]
+        pools = pools_for(design_name)
+        for count in args.candidates:
+            labels = labels_for(count)
+            table = rows.setdefault(design_name, {}).setdefault(count, {})
+            for scenario in scenarios:
+                t0 = time.time()
+                skewed = SKEWED if scenario == "skewed" else None
+                delta = 0.0 if skewed else float(scenario)
+                o = run_scenario(sim, design, labels, delta, args.reps, pools, skewed=skewed)
+                table[scenario] = {
+                    "adopt": float(o.adopt.mean()), "right": float(o.right.mean()),
+                    "useless": float((o.adopt & ~o.right).mean()),
+                    "picked_good": float(o.picked_good.mean()),
+                    "trainings_mean": float(o.trainings.mean()), "trainings_max": int(o.trainings.max()),
+                }
+                print(f"  [{time.time() - start:7.1f}s] {design_name} {count} {cell.name} {scenario}: "
+                      f"adopt {100 * o.adopt.mean():.1f}% right {100 * o.right.mean():.1f}% "
+                      f"picked {100 * o.picked_good.mean():.1f}% "
+                      f"trainings {o.trainings.mean():.1f}/{o.trainings.max()} ({time.time() - t0:.1f}s)",
+                      file=sys.stderr, flush=True)
+    return calibrated, rows
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -528,6 +565,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                              "numbers); a run's own seed SD is kept: the paired SD shrinks with 1 - kappa")
     parser.add_argument("--extract", action="store_true", help="rebuild the cells file and exit")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="cells simulated in parallel processes (the figures do not depend on it)")
     args = parser.parse_args(argv)
     if args.extract:
         CELLS_FILE.write_text(json.dumps(extract(args.seed), indent=1) + "\n")
@@ -542,19 +581,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     start = time.time()
-    simulators = {}
+    scenarios: list[str] = [f"{d:g}" for d in args.deltas] + ([] if args.no_skewed else ["skewed"])
+    jobs = [(i, cells[name], args, scenarios, start) for i, name in enumerate(args.cells)]
+    if args.workers > 1:
+        # One process per cell; each cell's generator is [seed, cell index] and runs its scenarios in
+        # the same order as the serial loop, so the figures do not depend on --workers.
+        with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+            per_cell = pool.map(_cell_results, jobs, chunksize=1)
+    else:
+        per_cell = [_cell_results(job) for job in jobs]
     if args.calibration_reps:
         print("## Calibration: seed SDs (points) recorded in the re-run records (degrees of freedom) "
               "-> simulated\n")
         print("| cell | K | val / class | test / class | tau | rho | kappa | val score SD | test hard SD "
               "| paired-difference SD | same-seed correlation |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for i, name in enumerate(args.cells):
-        cell = cells[name]
-        sim = Simulator(cell, np.random.default_rng([args.seed, i]))
-        simulators[name] = sim
-        if args.calibration_reps:
-            val_sd, test_sd, diff_sd, corr = calibration(sim, args.calibration_reps)
+        for name, (calibrated, _) in zip(args.cells, per_cell, strict=True):
+            cell = cells[name]
+            val_sd, test_sd, diff_sd, corr = calibrated
             results.setdefault("calibration", {})[name] = {
                 "val_sd": [cell.recorded_val_sd, val_sd], "test_sd": [cell.recorded_test_sd, test_sd],
                 "diff_sd": [cell.recorded_diff_sd, diff_sd], "seed_corr": [cell.recorded_seed_corr, corr]}
@@ -565,32 +609,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   f"{cell.recorded_test_sd:.2f} ({df.get('test', '?')}) -> {test_sd:.2f} | "
                   f"{cell.recorded_diff_sd:.2f} ({df.get('diff', '?')}) -> {diff_sd:.2f} | "
                   f"{cell.recorded_seed_corr:+.2f} -> {corr:+.2f} |", flush=True)
-    scenarios: list[str] = [f"{d:g}" for d in args.deltas] + ([] if args.no_skewed else ["skewed"])
     for design_name in args.design:
         design, _, _ = DESIGNS[design_name]
-        pools = pools_for(design_name)
         for count in args.candidates:
-            labels = labels_for(count)
-            table: dict[str, dict[str, dict[str, float]]] = {}
-            for name in args.cells:
-                sim = simulators[name]
-                table[name] = {}
-                for scenario in scenarios:
-                    t0 = time.time()
-                    skewed = SKEWED if scenario == "skewed" else None
-                    delta = 0.0 if skewed else float(scenario)
-                    o = run_scenario(sim, design, labels, delta, args.reps, pools, skewed=skewed)
-                    table[name][scenario] = {
-                        "adopt": float(o.adopt.mean()), "right": float(o.right.mean()),
-                        "useless": float((o.adopt & ~o.right).mean()),
-                        "picked_good": float(o.picked_good.mean()),
-                        "trainings_mean": float(o.trainings.mean()), "trainings_max": int(o.trainings.max()),
-                    }
-                    print(f"  [{time.time() - start:7.1f}s] {design_name} {count} {name} {scenario}: "
-                          f"adopt {100 * o.adopt.mean():.1f}% right {100 * o.right.mean():.1f}% "
-                          f"picked {100 * o.picked_good.mean():.1f}% "
-                          f"trainings {o.trainings.mean():.1f}/{o.trainings.max()} ({time.time() - t0:.1f}s)",
-                          file=sys.stderr, flush=True)
+            table = {name: rows[design_name][count]
+                     for name, (_, rows) in zip(args.cells, per_cell, strict=True)}
             results.setdefault("designs", {}).setdefault(design_name, {})[str(count)] = table
             print_tables(design_name, design, count, table, scenarios, args.reps)
     print(f"\n{time.time() - start:.0f} s in all; seed {args.seed}, {args.reps} tunes per cell and scenario.")
