@@ -170,3 +170,42 @@ def test_a_useless_finalist_is_adopted_at_most_alpha_by_monte_carlo():
         adopted += plan.advice().adopt
     rate = adopted / reps
     assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+
+
+def test_a_one_seed_selection_ranks_on_one_run_and_the_screen_decides():
+    """selection_looks=(1,): every candidate on one seed, ERM on two (its seed SE for the guard); the
+    contenders are the best by that one run; a candidate whose overall accuracy is below ERM's by more
+    than ERM's seed SE is not eligible, and nobody is ruled out for having one run."""
+    design = Design(selection_looks=(1,), contenders=2, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+
+    def val(label: str, seed: int) -> ValidationFigures:
+        f = _val(label, seed)
+        if label == "a":  # the best score, but a cost in overall accuracy: not eligible
+            return ValidationFigures(f.run, seed, f.overall_accuracy - 0.2, f.per_class_accuracy,
+                                     half_correct=f.half_correct, half_count=f.half_count)
+        return f
+
+    rounds = []
+    while requests := plan.next_round():
+        rounds.append([(r.phase, r.label, r.seed) for r in requests])
+        for r in requests:
+            if r.phase == "selection":
+                plan.record_validation(r.label, r.seed, val(r.label, r.seed))
+            else:
+                plan.record_test(r.label, r.seed, _test_figures({"b": 0.06}, [])(r.label, r.seed, plan.hard_classes))
+    assert rounds[0] == [("selection", "erm", 5), ("selection", "a", 5), ("selection", "b", 5),
+                         ("selection", "c", 5), ("selection", "erm", 6)]
+    assert plan.contenders == ["b", "c"]
+    assert plan.choice is not None and plan.choice.score("c").eligible
+    assert plan.choice.score("a").reason == "not eligible: overall accuracy below ERM's by more than ERM's seed SE"
+    advice = plan.advice()
+    assert (advice.adopt, advice.use) == (True, "b")
+    assert plan.max_trainings() == 5 + 2 * 3 + 2 * 6
+
+
+def test_a_one_seed_selection_needs_a_screen():
+    with pytest.raises(ValueError, match="unless a screen follows"):
+        Design(selection_looks=(1,), contenders=2)
+    with pytest.raises(ValueError, match="unless a screen follows"):
+        Design(selection_looks=(1,), contenders=1, screen=2)

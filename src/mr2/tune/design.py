@@ -511,9 +511,11 @@ class Design:
         if not 0 < self.alpha < 1:
             problems.append(f"alpha {self.alpha} not in (0, 1)")
         looks = self.selection_looks
-        if looks is not None and (not looks or looks[0] < 1 or looks[-1] < 2
-                                  or list(looks) != sorted(set(looks))):
-            problems.append(f"selection_looks {looks} must increase from at least 1 to at least 2")
+        if looks is not None and (not looks or looks[0] < 1 or list(looks) != sorted(set(looks))):
+            problems.append(f"selection_looks {looks} must increase from at least 1")
+        elif looks is not None and looks[-1] < 2 and not (self.screen and self.contenders > 1):
+            problems.append(f"selection_looks {looks} must end at 2 seeds or more unless a screen "
+                            "follows (one seed per candidate ranks, the screen and the finalist decide)")
         if len(self.keep) != (0 if looks is None else len(looks) - 1) or any(k < 1 for k in self.keep):
             problems.append(f"keep {self.keep} needs one count >= 1 per selection stage but the last")
         if self.gate not in ("best", "margin"):
@@ -1001,8 +1003,10 @@ class Plan:
         interim = self._stage < len(self._stages) - 1
         seeds = self.selection_seeds[:self._stages[self._stage]]
         runs = self._selection_runs([self.reference, *self._active])
-        # At an interim stage ERM may have a seed more than the candidates: no seed check there.
-        choice = choose(runs, self.criterion, self.reference, seeds=None if interim else seeds)
+        # At an interim stage, or a one-seed selection, ERM has a seed more than the candidates.
+        one_seed = self._stages[-1] < 2
+        choice = choose(runs, self.criterion, self.reference, seeds=None if interim or one_seed else seeds,
+                        min_runs=1 if one_seed else 2)
         ranked = self._ranked(choice, interim)
         for score in choice.scores:
             if score.label != self.reference and score.label not in ranked:
@@ -1023,7 +1027,8 @@ class Plan:
             # The final table lists every candidate with a run, those raced out or failed included
             # (not eligible, with why); the decision above is unchanged by them.
             shown = [label for label in self.labels if self._validation.get(label)]
-            choice = choose(self._selection_runs(shown), self.criterion, self.reference)
+            choice = choose(self._selection_runs(shown), self.criterion, self.reference,
+                            min_runs=1 if one_seed else 2)
             for score in choice.scores:
                 if score.label in self._ruled_out:
                     score.eligible, score.reason = False, self._ruled_out[score.label]

@@ -452,6 +452,7 @@ def choose(
     *,
     seeds: Sequence[int] | None = None,
     tiers: TierRule | None = None,
+    min_runs: int = 2,
 ) -> Choice:
     """Apply the rule (module docstring) to every candidate's validation figures.
 
@@ -464,6 +465,9 @@ def choose(
             another seed is an error.
         tiers: one of :data:`TIER_RULES`; None: ``split_half`` when every run has per-sample
             figures, else ``same_samples`` (recorded in :attr:`Choice.tier_rule`).
+        min_runs: the runs a candidate needs to be eligible (2: its own seed standard error; 1 for
+            a design whose selection ranks on one seed per candidate and leaves the evidence to the
+            confirmation; the reference always needs 2).
 
     Raises:
         TuneSelectionError: fewer than 2 finished reference runs, runs of different class counts or
@@ -558,7 +562,7 @@ def choose(
             continue
         if score.missing_seeds:
             score.reason = _MISSING_SEEDS.format(seeds=score.missing_seeds)
-        elif len(score.runs) < 2:
+        elif len(score.runs) < min_runs:
             score.reason = _TOO_FEW_RUNS.format(count=len(score.runs))
         elif math.isnan(score.mean):
             score.reason = _NO_SCORE
