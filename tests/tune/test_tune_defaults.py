@@ -16,12 +16,12 @@ from mr2.cli.main import main
 from mr2.cli.tune import DEFAULT_CANDIDATES
 from mr2.config import load_config
 from mr2.sweep.processes import default_threads, default_workers
-from mr2.sweep.progress import format_duration
 from mr2.tune import api
 from mr2.tune.candidates import CANDIDATE_SETS, DEFAULT_CANDIDATE_SET, candidates
 from mr2.tune.engine_source import engine_source, phase_spec
 from mr2.tune.estimate import NO_ESTIMATE_COMMAND, measure_step
 from mr2.tune.request import make_request
+from mr2.tune.source import format_seconds
 
 
 def _config(tmp: Path) -> Path:
@@ -112,7 +112,7 @@ def test_dry_run_prints_a_measured_time_estimate_and_writes_nothing(tmp_path: Pa
     per_run = _seconds(match[3])
     assert per_run >= start_up + 3 * steps * seconds - 0.1  # both shown to 0.1 s
     # 2 at a time; the line shows the run rounded to 0.1 s, so the total may differ by that rounding.
-    shown = {format_duration(math.ceil(expected / 2) * (per_run + d)) for d in (-0.05, 0.0, 0.05)}
+    shown = {format_seconds(math.ceil(expected / 2) * (per_run + d)) for d in (-0.05, 0.0, 0.05)}
     assert match[1] in shown
     assert not out.exists()
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from mr2.cli.main import main
-from mr2.sweep.progress import format_duration
 from mr2.tune.estimate import NO_ESTIMATE_COMMAND, TIMED_TRIAL_FAILED, remaining_text
 from mr2.tune.request import make_request
+from mr2.tune.source import format_seconds
 
 SCRIPT = Path(__file__).with_name("command_script.py")
 COMMAND = f"{sys.executable} {SCRIPT} --loss-json {{loss}} --seed {{seed}} --out {{out}}"
@@ -42,8 +42,8 @@ def test_the_remaining_time_is_the_remaining_trainings_shared_among_the_workers(
     # Oracle: each worker runs its share of the trainings left, one after the other.
     rounds_expected = math.ceil((expected - done) / workers)
     rounds_most = math.ceil((most - done) / workers)
-    assert match["expected"] == format_duration(rounds_expected * seconds)
-    assert match["most"] == format_duration(rounds_most * seconds)
+    assert match["expected"] == format_seconds(rounds_expected * seconds)
+    assert match["most"] == format_seconds(rounds_most * seconds)
     assert float(match["left"]) == pytest.approx(expected - done, abs=0.05)
     assert int(match["most_left"]) == most - done and int(match["workers"]) == workers
 

@@ -30,7 +30,6 @@ import torch
 
 from mr2.config import RunConfig
 from mr2.sweep.processes import default_threads
-from mr2.sweep.progress import format_duration
 from mr2.tune.candidates import REFERENCE_LABEL
 from mr2.tune.engine_source import EngineSource
 from mr2.tune.source import TrialSource, format_seconds
@@ -188,8 +187,8 @@ def estimate_text(timing: StepTiming, epochs: int, expected_runs: float, max_run
         >>> timing = StepTiming(0.01, 100, 1, "cpu", 5, 2.0, 0.5, 1.0)
         >>> text = estimate_text(timing, epochs=3, expected_runs=12.0, max_runs=18, workers=2)
         >>> print(text)  # doctest: +NORMALIZE_WHITESPACE
-        time estimate: about 45 s for the 12.0 trainings expected and at most 68 s for the 18 the plan
-        may run (2 at a time, each 7.5 s: start-up 2.0 s, 3 epochs x (100 steps x 0.0100 s + a
+        time estimate: about 45.0 s for the 12.0 trainings expected and at most 1 min 08 s for the 18 the
+        plan may run (2 at a time, each 7.5 s: start-up 2.0 s, 3 epochs x (100 steps x 0.0100 s + a
         validation pass 0.5 s), a test pass 1.0 s; measured with ERM, this configuration's model and data
         on cpu, 1 thread: 5 steps, the start-up and up to 10 evaluation batches; not included: the
         candidates' extra cost per step over ERM)
@@ -199,8 +198,8 @@ def estimate_text(timing: StepTiming, epochs: int, expected_runs: float, max_run
     most = math.ceil(max_runs / workers) * per_run
     threads = f"{timing.threads} thread{'s' if timing.threads != 1 else ''}"
     return (
-        f"time estimate: about {format_duration(expected)} for the {expected_runs:.1f} trainings expected "
-        f"and at most {format_duration(most)} for the {max_runs} the plan may run ({workers} at a time, each "
+        f"time estimate: about {format_seconds(expected)} for the {expected_runs:.1f} trainings expected "
+        f"and at most {format_seconds(most)} for the {max_runs} the plan may run ({workers} at a time, each "
         f"{format_seconds(per_run)}: start-up {format_seconds(timing.startup_seconds)}, {epochs} epochs x "
         f"({timing.steps_per_epoch} steps x {timing.seconds_per_step:.4f} s + a validation pass "
         f"{format_seconds(timing.validation_seconds)}), a test pass {format_seconds(timing.test_seconds)}; "
@@ -231,15 +230,15 @@ def remaining_text(seconds: float, done: int, expected: float, most: int, worker
 
     Example:
         >>> print(remaining_text(30.0, 1, 55.1, 77, 2))  # doctest: +NORMALIZE_WHITESPACE
-        time estimate (ERM's first trial took 30.0 s): about 14 min for the 54.1 trainings expected still
-        to run, at most 19 min for the 76 the plan may still run (2 at a time, each timed as that trial;
+        time estimate (ERM's first trial took 30.0 s): about 14 min 00 s for the 54.1 trainings expected
+        still to run, at most 19 min 00 s for the 76 the plan may still run (2 at a time, each timed as that trial;
         not included: the candidates' extra cost per trial over ERM)
     """
     workers = max(1, int(workers))
     left_expected = max(0.0, expected - done)
     left_most = max(0, most - done)
-    expected_time = format_duration(math.ceil(left_expected / workers) * seconds)
-    most_time = format_duration(math.ceil(left_most / workers) * seconds)
+    expected_time = format_seconds(math.ceil(left_expected / workers) * seconds)
+    most_time = format_seconds(math.ceil(left_most / workers) * seconds)
     return (
         f"time estimate ({timed} took {format_seconds(seconds)}): about {expected_time} "
         f"for the {left_expected:.1f} trainings expected still to run, at most {most_time} "

@@ -62,7 +62,8 @@ HEARTBEAT_SECONDS = 60.0
 
 
 def format_seconds(seconds: float) -> str:
-    """``"42.0 s"``, ``"3 min 05 s"`` or ``"2 h 03 min"``.
+    """tune's one way to write a duration (a trial's time, an ETA, an estimate): ``"42.0 s"``,
+    ``"3 min 05 s"`` or ``"2 h 03 min"``.
 
     >>> format_seconds(4.25), format_seconds(185), format_seconds(7400)
     ('4.2 s', '3 min 05 s', '2 h 03 min')
@@ -222,10 +223,13 @@ def run_stored_trials(
             if trial.key in store.damaged:
                 print(store.damaged.pop(trial.key), file=out, flush=True)
             todo.append(trial)
+    from mr2.sweep.progress import estimate_remaining  # the sweep's ETA: list scheduling of the mean trial
+
     durations: list[float] = []
     total = len(todo)
     done = 0
-    window = _window(executor, workers)
+    window = 1 if executor is None else _window(executor, workers)
+    running: dict[Any, tuple[Trial, float]] = {}  # future -> (trial, time.monotonic() at submission)
 
     def finish(trial: Trial, outcome: tuple[Any, float] | None, error: BaseException | None) -> None:
         nonlocal done
@@ -254,7 +258,9 @@ def run_stored_trials(
         left = total - done
         eta = ""
         if left and durations:
-            eta = f"; about {format_seconds(left * float(np.mean(durations)) / window)} left in this round"
+            started = [(other.name, since) for other, since in running.values()]
+            remaining = estimate_remaining(durations, left, started, window, now=time.monotonic())
+            eta = f"; about {format_seconds(remaining)} left in this round"
         state = f"FAILED ({failure})" if failure else f"done in {format_seconds(seconds)}"
         print(f"[{done}/{total}] {trial.name} {state}{eta}", file=out, flush=True)
 
@@ -271,7 +277,6 @@ def run_stored_trials(
         return [results[t.key] for t in trials]
 
     queue = list(todo)
-    running: dict[Any, tuple[Trial, float]] = {}
     last_beat = time.monotonic()
     try:
         while queue or running:
