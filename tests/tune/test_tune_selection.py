@@ -298,16 +298,17 @@ def test_from_predictions_counts_each_half():
 
 
 @pytest.mark.parametrize(("y_true", "y_pred", "detail"), [
-    ([0, 1], [0, 1, 1], "shapes (2,) and (3,)"),
-    ([0.0, 1.0], [0, 1], "dtypes float64 and int64"),
-    ([0, 3], [0, 1], "class ids from 0 to 3"),
-    ([0, 1], [-1, 1], "class ids from -1 to 1"),
-    ([], [], "no samples"),
+    ([0, 1], [0, 1, 1], "y_pred must have the shape of y_true (2,); got (3,)"),
+    ([0.0, 1.0], [0, 1], "y_true must hold integer class ids; got dtype float64"),
+    ([0, 1], [0.0, 1.0], "y_pred must hold integer class ids; got dtype float64"),
+    ([0, 3], [0, 1], "y_true holds class ids from 0 to 3, outside [0, 3) (wrong K?)"),
+    ([0, 1], [-1, 1], "y_pred holds class ids from -1 to 1, outside [0, 3) (wrong K?)"),
+    ([], [], "y_true must be a non-empty 1-D array of class ids; got shape (0,)"),
 ])
 def test_from_predictions_refuses_bad_predictions(y_true, y_pred, detail):
     with pytest.raises(TuneSelectionError) as error:
         ValidationFigures.from_predictions("erm@0", 0, np.array(y_true), np.array(y_pred), 3)
-    assert str(error.value) == BAD_PREDICTIONS.format(run="erm@0", num_classes=3, detail=detail)
+    assert str(error.value) == BAD_PREDICTIONS.format(run="erm@0", detail=detail)
 
 
 def _per_sample_runs(rng: np.random.Generator, labels: dict[str, list[int]], y_true: np.ndarray,

@@ -62,3 +62,24 @@ def test_a_path_holding_the_non_finite_words_is_still_bad_input(tmp_path):
     with pytest.raises(PredictionsError) as plain:
         read_predictions(path)
     assert not isinstance(plain.value, NonFinitePredictions)
+
+
+@pytest.mark.parametrize(("y_true", "y_pred"), [([0, 1], [0, 1, 1]), ([0, 3], [0, 1]), ([0, 1], [0.0, 1.0])])
+def test_a_trial_and_the_selection_say_the_same_of_the_same_arrays(y_true, y_pred):
+    """One checker of predictions (report.predictions.predictions_problem) for the trials and the
+    selection's figures: the old selection said 'class ids from 0 to 3' where the trial said which
+    array and which K."""
+    from mr2.report.predictions import predictions_problem
+    from mr2.tune.selection import BAD_PREDICTIONS, TuneSelectionError, ValidationFigures
+    from mr2.tune.trials import TrialPredictions, check_trial_predictions
+
+    true, pred = np.array(y_true), np.array(y_pred)
+    detail = predictions_problem(true, pred, None, 3)
+    assert detail
+    with pytest.raises(TuneSelectionError) as selection:
+        ValidationFigures.from_predictions("erm@0", 0, true, pred, 3)
+    assert str(selection.value) == BAD_PREDICTIONS.format(run="erm@0", detail=detail)
+    split = {"y_true": true, "y_pred": pred}
+    with pytest.raises(TrialError) as trial:
+        check_trial_predictions(TRIAL, TrialPredictions(val=split, test=split), 3)
+    assert str(trial.value) == f"trial selection/erm@0, val split: {detail}"

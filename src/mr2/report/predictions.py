@@ -67,6 +67,7 @@ __all__ = [
     "PredictionsFile",
     "load_predictions",
     "parse_label",
+    "predictions_problem",
     "read_class_names",
     "read_predictions",
 ]
@@ -76,6 +77,55 @@ __all__ = [
 class NonFinitePredictions(PredictionsError):
     """A file's logits hold NaN or infinite values (:data:`NOT_FINITE`): a diverged model, or a
     corrupt file (``mr2 tune`` fails the trial instead of refusing its input)."""
+
+
+#: Arrays whose logits are not all finite (:func:`predictions_problem`).
+LOGITS_NOT_ALL_FINITE = "logits hold NaN or infinite values (a diverged model?); they must be finite"
+
+
+def predictions_problem(y_true: NDArray[Any], y_pred: NDArray[Any] | None, logits: NDArray[Any] | None,
+                        num_classes: int) -> str:
+    """The one check of predictions already in memory, against a known K: what is wrong with
+    ``y_true`` [N] and either ``y_pred`` [N] or ``logits`` [N, K] ("" when nothing): shapes, no
+    sample, dtypes that are not integer class ids (logits: not real), a logits width other than K,
+    class ids outside ``[0, K)``. ``mr2 tune`` checks every trial's predictions with it, fresh or
+    stored, and every validation figure it scores
+    (:meth:`mr2.tune.selection.ValidationFigures.from_predictions`).
+
+    Raises:
+        NonFinitePredictions: well-formed logits that are not all finite (a diverged model).
+
+    Example:
+        >>> predictions_problem(np.array([0, 1]), np.array([1, 2]), None, 2)
+        'y_pred holds class ids from 1 to 2, outside [0, 2) (wrong K?)'
+    """
+    if y_true.ndim != 1 or y_true.size == 0:
+        return f"y_true must be a non-empty 1-D array of class ids; got shape {y_true.shape}"
+    if not np.issubdtype(y_true.dtype, np.integer):
+        return f"y_true must hold integer class ids; got dtype {y_true.dtype}"
+    if (y_pred is None) == (logits is None):
+        return "give exactly one of y_pred (class ids [N]) and logits ([N, K] scores)"
+    if logits is not None:
+        if logits.ndim != 2 or logits.shape[0] != y_true.shape[0]:
+            return f"logits must have shape [{y_true.shape[0]}, {num_classes}]; got {logits.shape}"
+        if logits.shape[1] != num_classes:
+            return (f"logits have {logits.shape[1]} columns but num_classes is {num_classes} (wrong K: "
+                    "one column per class)")
+        if not np.issubdtype(logits.dtype, np.floating) and not np.issubdtype(logits.dtype, np.integer):
+            return f"logits must be real numbers; got dtype {logits.dtype}"
+        if not np.isfinite(logits).all():
+            raise NonFinitePredictions(LOGITS_NOT_ALL_FINITE)
+    else:
+        assert y_pred is not None
+        if y_pred.shape != y_true.shape:
+            return f"y_pred must have the shape of y_true {y_true.shape}; got {y_pred.shape}"
+        if not np.issubdtype(y_pred.dtype, np.integer):
+            return f"y_pred must hold integer class ids; got dtype {y_pred.dtype}"
+    for key, ids in (("y_true", y_true), ("y_pred", y_pred)):
+        if ids is not None and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
+            return (f"{key} holds class ids from {int(ids.min())} to {int(ids.max())}, outside [0, "
+                    f"{num_classes}) (wrong K?)")
+    return ""
 
 
 _NO_FILES = "no predictions file given; pass at least one .npz, .pt or .csv file"

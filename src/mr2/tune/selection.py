@@ -81,7 +81,6 @@ __all__ = [
     "ValidationFigures",
     "choose",
     "decide",
-    "prediction_problem",
     "split_halves",
 ]
 
@@ -114,10 +113,7 @@ NO_PER_SAMPLE_FIGURES = (
 )
 UNEXPECTED_SEED = "run {run} has seed {seed}, not one of the selection seeds {seeds}"
 DUPLICATE_SEED = "candidate {label!r} has two runs with seed {seed} ({runs}); each seed once"
-BAD_PREDICTIONS = (
-    "run {run}: validation y_true and y_pred must be 1-D integer arrays of the same length with "
-    "class ids in [0, {num_classes}); got {detail}"
-)
+BAD_PREDICTIONS = "run {run}, validation split: {detail}"
 
 # Why a candidate is not eligible (CandidateScore.reason).
 _MISSING_SEEDS = "misses selection seed(s) {seeds}"
@@ -158,26 +154,6 @@ def split_halves(y_true: ArrayLike) -> NDArray[np.int8]:
     halves = np.empty(labels.size, dtype=np.int8)
     halves[order] = (position % 2).astype(np.int8)
     return halves
-
-
-def prediction_problem(true: NDArray[Any], pred: NDArray[Any], num_classes: int) -> str:
-    """What is wrong with a trial's class ids ``true`` / ``pred`` ("" when nothing): shapes that
-    differ or are not [N], no samples, a dtype that is not an integer, or an id outside [0, K).
-
-    Example:
-        >>> prediction_problem(np.array([0, 1]), np.array([1, 2]), 2)
-        'class ids from 0 to 2'
-    """
-    if true.ndim != 1 or pred.shape != true.shape:
-        return f"shapes {true.shape} and {pred.shape}"
-    if true.size == 0:
-        return "no samples"
-    if not (np.issubdtype(true.dtype, np.integer) and np.issubdtype(pred.dtype, np.integer)):
-        return f"dtypes {true.dtype} and {pred.dtype}"
-    low, high = min(true.min(), pred.min()), max(true.max(), pred.max())
-    if low < 0 or high >= num_classes:
-        return f"class ids from {low} to {high}"
-    return ""
 
 
 def _accuracy(correct: NDArray[np.float64], count: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -231,11 +207,13 @@ class ValidationFigures:
             >>> f.overall_accuracy, f.per_class_accuracy, f.half_count
             (0.75, (0.5, 1.0), ((1, 1), (1, 1)))
         """
+        from mr2.report.predictions import predictions_problem  # the one checker of predictions
+
         true = np.asarray(y_true)
         pred = np.asarray(y_pred)
-        problem = prediction_problem(true, pred, num_classes)
+        problem = predictions_problem(true, pred, None, num_classes)
         if problem:
-            raise TuneSelectionError(BAD_PREDICTIONS.format(run=run, num_classes=num_classes, detail=problem))
+            raise TuneSelectionError(BAD_PREDICTIONS.format(run=run, detail=problem))
         labels = true.astype(np.int64)
         hit = (labels == pred.astype(np.int64)).astype(np.float64)
         index = split_halves(labels).astype(np.int64) * num_classes + labels

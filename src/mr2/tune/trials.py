@@ -86,8 +86,6 @@ WAY_OUT = {
 #: A trial whose record cannot be read: it is not finished (the record is written last), so it runs again.
 _DAMAGED_RECORD = "{trial}: its record {path} is damaged ({problem}); training it again"
 _SHOWN_CHARS = 100
-#: A split's logits are not all finite: the trial FAILED (its candidate is ruled out), not bad input.
-_NON_FINITE = "logits hold NaN or infinite values (a diverged model?); they must be finite"
 
 
 def _log(log: Path | None) -> str:
@@ -168,57 +166,22 @@ def _to_numpy(value: Any) -> Any:
 
 def _check_split(trial: Trial, split: str, y_true: Any, y_pred: Any, logits: Any, num_classes: int,
                  log: Path | None) -> None:
-    """Check one split's arrays.
+    """Check one split's arrays with the one checker of predictions
+    (:func:`mr2.report.predictions.predictions_problem`).
 
     Raises:
-        TrialFailed: non-finite logits (:data:`_NON_FINITE`: a diverged model).
-        TrialError: anything else wrong (:func:`_split_problem`).
+        TrialFailed: non-finite logits (a diverged model).
+        TrialError: anything else wrong.
     """
+    from mr2.report.predictions import NonFinitePredictions, predictions_problem
+
     try:
-        problem = _split_problem(y_true, y_pred, logits, num_classes)
-    except _NonFinite:
-        raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=_NON_FINITE,
+        problem = predictions_problem(y_true, y_pred, logits, num_classes)
+    except NonFinitePredictions as error:
+        raise TrialFailed(_BAD_SPLIT.format(trial=trial.name, split=split, problem=error,
                                             log=_log(log))) from None
     if problem:
         raise TrialError(_BAD_SPLIT.format(trial=trial.name, split=split, problem=problem, log=_log(log)))
-
-
-class _NonFinite(Exception):
-    """Logits that are not all finite (the trial failed; not a problem of the input's form)."""
-
-
-def _split_problem(y_true: Any, y_pred: Any, logits: Any, num_classes: int) -> str:
-    """What is wrong with one split's arrays ("" when nothing).
-
-    Raises:
-        _NonFinite: the logits are well formed but not all finite.
-    """
-    if y_true.ndim != 1 or y_true.size == 0:
-        return f"y_true must be a non-empty 1-D array of class ids; got shape {y_true.shape}"
-    if not np.issubdtype(y_true.dtype, np.integer):
-        return f"y_true must hold integer class ids; got dtype {y_true.dtype}"
-    if (y_pred is None) == (logits is None):
-        return "give exactly one of y_pred (class ids [N]) and logits ([N, K] scores)"
-    if logits is not None:
-        if logits.ndim != 2 or logits.shape[0] != y_true.shape[0]:
-            return f"logits must have shape [{y_true.shape[0]}, {num_classes}]; got {logits.shape}"
-        if logits.shape[1] != num_classes:
-            return (f"logits have {logits.shape[1]} columns but num_classes is {num_classes} (wrong K: "
-                    "one column per class)")
-        if not np.issubdtype(logits.dtype, np.floating) and not np.issubdtype(logits.dtype, np.integer):
-            return f"logits must be real numbers; got dtype {logits.dtype}"
-        if not np.isfinite(logits).all():
-            raise _NonFinite
-    else:
-        if y_pred.shape != y_true.shape:
-            return f"y_pred must have the shape of y_true {y_true.shape}; got {y_pred.shape}"
-        if not np.issubdtype(y_pred.dtype, np.integer):
-            return f"y_pred must hold integer class ids; got dtype {y_pred.dtype}"
-    for key, ids in (("y_true", y_true), ("y_pred", y_pred)):
-        if ids is not None and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
-            return (f"{key} holds class ids from {int(ids.min())} to {int(ids.max())}, outside [0, "
-                    f"{num_classes}) (wrong K?)")
-    return ""
 
 
 def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Path | None = None
