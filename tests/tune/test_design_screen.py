@@ -209,3 +209,29 @@ def test_a_one_seed_selection_needs_a_screen():
         Design(selection_looks=(1,), contenders=2)
     with pytest.raises(ValueError, match="unless a screen follows"):
         Design(selection_looks=(1,), contenders=1, screen=2)
+
+
+def test_the_advice_text_names_the_screen_the_finalist_and_where_the_hard_classes_come_from():
+    from mr2.tune.candidates import candidates
+    from mr2.tune.text import advice_text, design_text, what_happened
+
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    _drive(plan, _test_figures({"a": 0.02, "b": 0.06, "c": -0.05}, []))
+    advice = plan.advice()
+    assert advice.screen_seeds == [10, 11] and advice.screen_tiers
+    assert advice.to_dict()["screen_seeds"] == [10, 11]
+    erm = next(c for c in candidates("full") if c.label == "erm")
+    text = advice_text(advice, erm, "engine")
+    assert "Verdict on the confirmation (test split, fresh seeds 12, 13, 14 after the screen)" in text
+    assert "ranked on ERM's test accuracies on the screen's seeds 10, 11" in text
+    assert "  the screen (2 seeds): b +6.0" in text and "the FINALIST: goes on alone" in text
+    assert "  the screen (2 seeds): a " in text and "screened out (the finalist gained more)" in text
+    assert "  look 1 (3 seeds): b " in text and ": ADOPTED" in text
+    assert "A screen of 2 seeds trains ERM and every contender and adopts nothing" in design_text(design)
+
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    _drive(plan, _test_figures({"a": -0.004, "b": -0.004, "c": -0.004}, []))
+    kind, sentence = what_happened(plan.advice())
+    assert kind == "futility"
+    assert sentence.startswith("Stopped for futility at the screen (2 fresh seeds): no contender showed")

@@ -566,6 +566,11 @@ class Design:
         }
 
     @property
+    def selection_seeds(self) -> int:
+        """The selection seeds the design uses at most (ERM needs 2 for its seed standard error)."""
+        return max(2, *(self.selection_looks or (3,)))
+
+    @property
     def confirmation_seeds(self) -> int:
         """The confirmation seeds the design uses at most: the screen's and the finalist's looks."""
         return self.screen + max(self.confirmation_looks or (3,))
@@ -648,6 +653,9 @@ class Advice:
         contenders: the candidates sent to the confirmation, best first.
         ruled_out: candidate -> why it was ruled out (failed, not eligible, dropped, futility...).
         design: the design applied.
+        screen_seeds: the fresh seeds of the screen ([] when no screen ran); its looks have index 0
+            and the finalist's looks 1, 2, ...
+        screen_tiers: the hard classes were ranked again on ERM's test runs of the screen.
     """
 
     adopt: bool
@@ -659,6 +667,8 @@ class Advice:
     contenders: list[str] = field(default_factory=list)
     ruled_out: dict[str, str] = field(default_factory=dict)
     design: Design = DEFAULT_DESIGN
+    screen_seeds: list[int] = field(default_factory=list)
+    screen_tiers: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -671,6 +681,8 @@ class Advice:
             "looks": [look.to_dict() for look in self.looks],
             "ruled_out": self.ruled_out,
             "design": self.design.to_dict(),
+            "screen_seeds": self.screen_seeds,
+            "screen_tiers": self.screen_tiers,
         }
 
 
@@ -883,6 +895,8 @@ class Plan:
             contenders=list(self._contenders),
             ruled_out=dict(self._ruled_out),
             design=self.design,
+            screen_seeds=list(self.confirmation_seeds[:self._offset]),
+            screen_tiers=self._screen_hard is not None,
         )
 
     def max_trainings(self) -> int:

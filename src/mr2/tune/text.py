@@ -267,15 +267,16 @@ def choice_text(choice: Choice, contenders: Sequence[str] | None = None,
     return "\n".join(parts)
 
 
-def verdict_lines(verdict: Verdict, class_names: Sequence[str] | None = None) -> list[str]:
+def verdict_lines(verdict: Verdict, class_names: Sequence[str] | None = None,
+                  ranked_on: str = "ERM's validation accuracies") -> list[str]:
     """The figures of a verdict, one line each (ERM's test hard tier; the change and its test); the
-    hard classes by name when ``class_names`` are given."""
+    hard classes by name when ``class_names`` are given; ``ranked_on``: what ranked them."""
     n = len(verdict.seeds)
     classes = class_list(verdict.hard_classes, class_names) or "see the choice"
     ref_hard = sum(verdict.reference_hard) / n
     ref_sd = math.sqrt(sum((v - ref_hard) ** 2 for v in verdict.reference_hard) / (n - 1))
     lines = [
-        f"  ERM's test hard tier (classes {classes}, ranked on ERM's validation accuracies): "
+        f"  ERM's test hard tier (classes {classes}, ranked on {ranked_on}): "
         f"{format_percent(ref_hard)}% ± {format_percent(ref_sd / math.sqrt(n))} (seed SE over {n} seeds)",
     ]
     if verdict.outcome == NOTHING_TO_CONFIRM:
@@ -332,6 +333,8 @@ def design_text(design: Design) -> str:
     """
     if design.selection_looks is None:
         selection = "Selection: every candidate on every selection seed"
+    elif design.selection_looks == (1,):
+        selection = "Selection: every candidate on 1 validation seed (ERM on 2)"
     else:
         stages = ", then ".join(
             f"{n} seed{'s' if n != 1 else ''}"
@@ -347,6 +350,20 @@ def design_text(design: Design) -> str:
     looks = ("every confirmation seed at once" if design.confirmation_looks is None else
              "looks at " + ", ".join(str(n) for n in design.confirmation_looks) + " fresh seeds")
     split = f" (alpha / {design.contenders} each)" if design.contenders > 1 else ""
+    if design.screen and design.contenders > 1:
+        bound = 0 if design.futility is None else design.futility
+        tiers = (" The hard classes are then ranked again on ERM's test runs of the screen."
+                 if design.screen_tiers else "")
+        return (
+            f"{selection}; {gate}. Confirmation on the test split with fresh seeds. A screen of "
+            f"{design.screen} seeds trains ERM and every contender and adopts nothing: the contender with "
+            f"the largest test hard-tier gain (t above {bound:g}, overall accuracy not worse beyond noise) "
+            f"is the FINALIST.{tiers} The finalist alone goes on, against ERM on the seeds after the "
+            f"screen, {looks}: it is ADOPTED only if a one-sided paired t-test of its test hard-tier gain "
+            f"over ERM on those seeds rejects 'no better than ERM' at level {design.alpha:g} over its "
+            f"looks, spent by the {design.spending.replace('_', '-')} rule, and its test overall accuracy "
+            "is not below ERM's by more than ERM's seed standard error. Otherwise the advice is ERM."
+        )
     return (
         f"{selection}; {gate}. Confirmation on the test split with fresh seeds, {looks}: a contender is "
         f"ADOPTED only if a one-sided paired t-test of its test hard-tier gain over ERM rejects 'no better "
@@ -382,6 +399,8 @@ _DECISION = {
     "futility": "stopped for futility",
     "overall_cost": "significant, but a cost in overall accuracy: ruled out",
     "unstable": "significant, but unstable: ruled out",
+    "finalist": "the FINALIST: goes on alone, on fresh seeds",
+    "screened_out": "screened out (the finalist gained more)",
 }
 
 
@@ -397,6 +416,13 @@ def _looks_text(looks: Sequence[int]) -> str:
     numbers = sorted(set(looks))
     return (f"look {numbers[0]}" if len(numbers) == 1
             else "looks " + _join([str(n) for n in numbers]))
+
+
+def _look_name(advice: Advice, look: Look) -> str:
+    """``screen`` or ``look j`` (after a screen, the finalist's looks count from 1)."""
+    if advice.screen_seeds:
+        return "the screen" if look.look == 0 else f"look {look.look}"
+    return f"look {look.look + 1}"
 
 
 def _last_looks(advice: Advice) -> dict[str, Look]:
@@ -452,7 +478,14 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
                          f"{len(verdict.seeds)} seeds, p = {_p(verdict.p_less)} for a loss.")
         return "contradicted", sentence
     futile = [label for label, look in last.items() if look.decision == "futility"]
-    reached = [label for label, look in last.items() if look.decision != "futility"]
+    reached = [label for label, look in last.items() if look.decision not in ("futility", "screened_out")]
+    if futile and not reached and advice.screen_seeds and all(last[label].look == 0 for label in futile):
+        changes = ", ".join(f"{label} {_points(last[label].mean_difference)}" for label in futile)
+        floor = 0 if advice.design.futility is None else advice.design.futility
+        return "futility", (
+            f"Stopped for futility at the screen ({len(advice.screen_seeds)} fresh seeds): no contender "
+            f"showed enough gain on the test hard tier to become the finalist (t above {floor:g}); mean "
+            f"changes in points: {changes}.")
     if futile and not reached:
         seeds = sorted({len(last[label].seeds) for label in futile})
         who = ("the contender" if len(futile) == 1 else "both contenders" if len(futile) == 2
@@ -474,8 +507,11 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
                                     verdict.p_greater, verdict.alpha)
     else:
         return "no_gain", "No gain could be shown on fresh seeds."
+    screened = [label for label, look in last.items() if look.decision == "screened_out"]
     others = (f" ({_join(futile)} stopped for futility at "
               f"{_looks_text([last[c].look + 1 for c in futile])})" if futile else "")
+    if advice.screen_seeds and (futile or screened):
+        others = f" ({_join([*screened, *futile])} did not pass the screen)"
     if not mean > 0:
         return "no_gain", (f"No gain: on fresh seeds {label}'s mean change of the test hard tier against ERM "
                            f"was {_points(mean)} points over {n} seeds{others}.")
@@ -508,7 +544,8 @@ def look_lines(advice: Advice) -> list[str]:
     if not advice.looks:
         return []
     lines = ["Looks of the confirmation (test hard tier, contender minus ERM, paired by seed; a contender "
-             "is adopted at a look when its one-sided p for a gain is below the look's level):"]
+             "is adopted at a look when its one-sided p for a gain is below the look's level"
+             + ("; the screen adopts nothing" if advice.screen_seeds else "") + "):"]
     final = max(look.look for look in advice.looks)
     for look in advice.looks:
         if look.decision == "stop" or (look.decision == "continue" and look.look == final):
@@ -518,9 +555,11 @@ def look_lines(advice: Advice) -> list[str]:
             what = f"passed its level too; {advice.use} was adopted (the larger gain)"
         else:
             what = _DECISION.get(look.decision, look.decision)
-        lines.append(f"  look {look.look + 1} ({len(look.seeds)} seeds): {look.contender} "
+        screen = bool(advice.screen_seeds) and look.look == 0
+        level = "" if screen else f"; level {_level(look.boundary)}"
+        lines.append(f"  {_look_name(advice, look)} ({len(look.seeds)} seeds): {look.contender} "
                      f"{_points(look.mean_difference)} points (t = {look.statistic:.2f}, "
-                     f"p = {_p(look.p_greater)}; level {_level(look.boundary)}): {what}")
+                     f"p = {_p(look.p_greater)}{level}): {what}")
     return lines
 
 
@@ -562,9 +601,13 @@ def advice_text(advice: Advice, use: Candidate,
     lines = []
     if advice.verdict is not None and advice.verdict.outcome != NOTHING_TO_CONFIRM:
         seeds = ", ".join(str(s) for s in advice.verdict.seeds)
-        lines += [f"Verdict on the confirmation (test split, fresh seeds {seeds}), {advice.verdict.chosen} "
-                  f"against {ERM_AT_FIRST_USE}, paired by seed:", *verdict_lines(advice.verdict, class_names),
-                  ""]
+        ranked_on = ("ERM's test accuracies on the screen's seeds "
+                     + ", ".join(str(s) for s in advice.screen_seeds)) if advice.screen_tiers \
+            else "ERM's validation accuracies"
+        after = " after the screen" if advice.screen_seeds else ""
+        lines += [f"Verdict on the confirmation (test split, fresh seeds {seeds}{after}), "
+                  f"{advice.verdict.chosen} against {ERM_AT_FIRST_USE}, paired by seed:",
+                  *verdict_lines(advice.verdict, class_names, ranked_on), ""]
     looks = look_lines(advice)
     if looks:
         lines += [*looks, ""]
