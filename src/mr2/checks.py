@@ -159,7 +159,7 @@ def check_target(
     if batch is not None and target.shape[0] != batch:
         raise MR2InputError(_BATCH_MISMATCH.format(name="input", rows=batch, batch=target.shape[0]))
     if wants_values(target, check_values) and target.numel():
-        low, high = int(target.min()), int(target.max())
+        low, high = (int(v) for v in torch.aminmax(target))  # one pass for both ends
         if low < 0 or high >= num_classes:
             raise MR2InputError(
                 _TARGET_OUT_OF_RANGE.format(num_classes=num_classes, low=low, high=high)

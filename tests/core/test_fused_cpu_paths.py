@@ -144,3 +144,49 @@ def test_sparse_pair_gradient_has_no_subnormal_entries_from_vanishing_pair_weigh
     # Same values, and the same gradient up to the dropped sub-1e-38 terms.
     assert ((dense[1][0] != 0) & (dense[1][0].abs() < tiny)).any()  # the dense path keeps them
     torch.testing.assert_close(grad, dense[1][0], rtol=0, atol=1e-36)
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_sparse_pair_gradient_is_the_same_when_a_retained_graph_runs_backward_twice(pool):
+    # The kernel's backward must not overwrite what it saved (a retained graph runs it again).
+    g = torch.Generator().manual_seed(11)
+    features = torch.randn(30, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 12, (30,), generator=g)
+    partners = {}
+    if pool:
+        pool_features = torch.cat([torch.randn(6, 5, generator=g, dtype=torch.float64), features])
+        partners = {"partner_features": pool_features, "partner_target": torch.cat([target[:6], target]),
+                    "self_offset": 6}
+    loss = representation_margin_loss(features, target, 1.0, temperature=2.0, pair_mode="sparse", **partners)
+    (first,) = torch.autograd.grad(loss, features, retain_graph=True)
+    (second,) = torch.autograd.grad(loss, features)
+    assert torch.equal(first, second) and first.abs().sum() > 0
+
+
+def test_logit_margin_loss_of_an_empty_batch_is_zero_and_its_mean_is_cross_entropys():
+    empty = logit_margin_loss(torch.zeros(0, 3, requires_grad=True), torch.zeros(0, dtype=torch.long), torch.ones(3))
+    assert empty.item() == 0.0
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(9, 4, generator=g, dtype=torch.float64)
+    target = torch.randint(0, 4, (9,), generator=g)
+    gamma = 0.5 + torch.rand(4, generator=g, dtype=torch.float64)
+    want = sum(-torch.log_softmax(logits[i] / gamma[target[i]], 0)[target[i]] for i in range(9)) / 9
+    assert torch.allclose(logit_margin_loss(logits, target, gamma), want, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("logit_margin", ["temperature", "additive"])
+def test_int32_class_ids_give_the_int64_loss(logit_margin):
+    from mr2 import MR2Loss
+
+    g = torch.Generator().manual_seed(4)
+    target = torch.randint(0, 5, (24,), generator=g)
+    target[:5] = torch.arange(5)
+    logits = torch.randn(24, 5, generator=g, dtype=torch.float64)
+    features = torch.randn(24, 3, generator=g, dtype=torch.float64)
+    values = []
+    for ids in (target, target.int()):
+        loss = MR2Loss(5, logit_margin=logit_margin).double()
+        for _ in range(2):  # the second step has logit margins
+            value = loss(logits.clone().requires_grad_(), features.clone().requires_grad_(), ids)
+        values.append(value)
+    torch.testing.assert_close(values[1], values[0], rtol=0, atol=0)

@@ -1,4 +1,4 @@
-"""CPU kernels of the margin losses: fused autograd functions, sparse-CSR pair sums, subnormal flushing.
+"""CPU kernels of the margin losses: sparse-CSR pair sums, per-class blocks, subnormal flushing.
 
 Private: :mod:`mr2.functional.margin_losses` holds the maths and calls these on CPU tensors; each kernel
 gives the values of the plain formula (tested against it in float64 in tests/core/test_fused_cpu_paths.py)
@@ -20,42 +20,7 @@ __all__ = [
     "pair_path",
     "same_class_entries",
     "same_pair_log_sum_exp",
-    "scaled_cross_entropy",
 ]
-
-
-def scaled_cross_entropy(logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Per-sample ``-log softmax(z_i / s_i)_{y_i}`` ([B]), with the fused backward of
-    :class:`_ScaledCrossEntropy`."""
-    out: torch.Tensor = _ScaledCrossEntropy.apply(logits, target, scale)
-    return out
-
-
-class _ScaledCrossEntropy(torch.autograd.Function):
-    """Per-sample ``-log softmax(z_i / s_i)_{y_i}`` with a fused backward (CPU path).
-
-    The gradient ``(softmax(z_i / s_i) - e_{y_i}) g_i / s_i`` is formed in ONE [B, K] buffer from the
-    saved log-probabilities (autograd's chain of division, log-softmax and NLL backward makes three,
-    one of them zero-filled). Same values as ``F.cross_entropy(z / s, y, reduction="none")`` to
-    float32 rounding; first derivatives only.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        log_probs = logits / scale
-        log_probs.sub_(torch.logsumexp(log_probs, dim=1, keepdim=True))  # log-softmax in place
-        ctx.save_for_backward(log_probs, target, scale)
-        return -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        log_probs, target, scale = ctx.saved_tensors
-        grad_logits = log_probs.exp()
-        picked = target.unsqueeze(1)
-        grad_logits.scatter_(1, picked, grad_logits.gather(1, picked) - 1.0)  # one entry per row
-        grad_logits.mul_(grad.unsqueeze(1) / scale)
-        return grad_logits, None, None
 
 
 def _csr(
@@ -93,9 +58,10 @@ def same_class_entries(
     query has one among the keys): those rows have no pair.
     """
     batch = target.shape[0]
-    num = int(torch.maximum(target.max(), key_target.max())) + 1
     members = torch.argsort(key_target, stable=True)  # keys grouped by class, ascending within
-    counts = torch.bincount(key_target, minlength=num)
+    # The keys hold every query's class (each query is among them): their counts cover the batch's
+    # classes without a read of the largest class id.
+    counts = torch.bincount(key_target)
     starts = counts.cumsum(0) - counts
     per_row = counts.index_select(0, target)
     if partnered_only:
@@ -263,8 +229,8 @@ def pair_path(target: torch.Tensor, key_target: torch.Tensor | None = None) -> t
     """
     batch = target.shape[0]
     if key_target is not None:
-        num = int(torch.maximum(target.max(), key_target.max())) + 1
-        both = torch.bincount(target, minlength=num) * torch.bincount(key_target, minlength=num)
+        key_counts = torch.bincount(key_target)  # the pool holds the batch, so all its classes
+        both = torch.bincount(target, minlength=key_counts.shape[0]) * key_counts
         pairs = int(both.sum()) - batch
         dense = PAIR_ENTRY_COST["dense"] * batch * key_target.shape[0]
         return ("sparse" if POOL_SPARSE_COST * pairs < dense else "dense"), None

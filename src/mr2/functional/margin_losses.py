@@ -12,7 +12,6 @@ from mr2.functional._cpu_kernels import (
     class_block_log_sum_exp,
     pair_path,
     same_pair_log_sum_exp,
-    scaled_cross_entropy,
 )
 from mr2.functional.reduction import Reduction, reduce_loss, working_dtype
 
@@ -82,13 +81,37 @@ def logit_margin_loss(
         tensor([0.3133, 0.3133])
     """
     _check_logit_inputs(logits, target, temperatures, _TEMPERATURES_SHAPE)
-    dtype = working_dtype(logits)
-    scale = temperatures.detach().to(dtype)[target].unsqueeze(1)
-    if logits.device.type == "cpu" and logits.requires_grad and not torch.compiler.is_compiling():
-        per_sample = scaled_cross_entropy(logits.to(dtype), target, scale)
-    else:
-        per_sample = F.cross_entropy(logits.to(dtype) / scale, target, reduction="none")
-    return reduce_loss(per_sample, reduction)
+    return scaled_logit_loss(logits, target, temperatures, reduction)
+
+
+def scaled_logit_loss(
+    logits: torch.Tensor, target: torch.Tensor, temperatures: torch.Tensor, reduction: Reduction = "mean"
+) -> torch.Tensor:
+    """:func:`logit_margin_loss` without its input checks (for a caller that has made them).
+
+    One division of the logits by their row's temperature and the built-in cross-entropy, whose
+    fused log-softmax and mean are faster on CPU than a custom kernel at every K measured (issue 47:
+    B = 512, K = 10 / 100 / 1,000, forward + backward 0.16 / 0.16 / 0.57 ms against 0.25 / 0.35 /
+    1.10 ms for the fused kernel this replaced, 2 threads).
+    """
+    dtype = _working_dtype(logits)
+    if temperatures.requires_grad:
+        temperatures = temperatures.detach()
+    scale = temperatures.to(dtype).index_select(0, target).unsqueeze(1)
+    scaled = logits.to(dtype) / scale
+    if target.dtype != torch.long:  # the built-in loss takes int64 class ids (int32 ones are valid here)
+        target = target.long()
+    if reduction == "mean" and target.numel():  # the mean inside the built-in loss: one op less
+        return F.cross_entropy(scaled, target)
+    return reduce_loss(F.cross_entropy(scaled, target, reduction="none"), reduction)
+
+
+def _working_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """:func:`~mr2.functional.reduction.working_dtype` without a dispatched operation for the usual
+    float32 and float64."""
+    if tensor.dtype in (torch.float32, torch.float64):
+        return tensor.dtype
+    return working_dtype(tensor)
 
 
 def additive_margin_loss(
@@ -119,9 +142,20 @@ def additive_margin_loss(
         tensor([0.6931, 0.3133])
     """
     _check_logit_inputs(logits, target, margins, _MARGINS_SHAPE)
-    dtype = working_dtype(logits)
+    return shifted_logit_loss(logits, target, margins, reduction)
+
+
+def shifted_logit_loss(
+    logits: torch.Tensor, target: torch.Tensor, margins: torch.Tensor, reduction: Reduction = "mean"
+) -> torch.Tensor:
+    """:func:`additive_margin_loss` without its input checks (for a caller that has made them)."""
+    dtype = _working_dtype(logits)
     shift = margins.detach().to(dtype)[target]
+    if target.dtype != torch.long:
+        target = target.long()
     shifted = logits.to(dtype).scatter_add(1, target.unsqueeze(1), -shift.unsqueeze(1))
+    if reduction == "mean" and target.numel():
+        return F.cross_entropy(shifted, target)
     return reduce_loss(F.cross_entropy(shifted, target, reduction="none"), reduction)
 
 

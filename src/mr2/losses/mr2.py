@@ -43,9 +43,9 @@ from mr2.checks import (
 )
 from mr2.functional.allocation import gamma_allocation
 from mr2.functional.margin_losses import (
-    additive_margin_loss,
-    logit_margin_loss,
     representation_margin_loss,
+    scaled_logit_loss,
+    shifted_logit_loss,
 )
 from mr2.functional.reduction import reduce_loss
 from mr2.losses.collapse import CollapseGuard
@@ -428,11 +428,14 @@ class MR2Loss(nn.Module):
         return ready
 
     def logit_temperatures(
-        self, moments: tuple[torch.Tensor, torch.Tensor] | None = None
+        self,
+        moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+        seen: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[K] the current per-class logit temperatures gamma (ones during warm-up). No host sync.
 
-        ``moments``: ``statistics.moments()`` if already computed this step.
+        ``moments``: ``statistics.moments()`` if already computed this step; ``seen``:
+        ``statistics.seen()`` if already computed (it decides a warm-up of one sample per class).
         """
         stat = self.allocation_statistic(moments)
         gamma = gamma_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_logit_temperature)
@@ -441,11 +444,16 @@ class MR2Loss(nn.Module):
         # The values of torch.where(self._ready(stat) & isfinite(gamma), gamma, 1) in fewer operations:
         # _ready's "stat.sum() > 0" needs no test of its own here, since stat >= 0 and a sum that is 0 or
         # NaN makes root.sum() 0 or NaN in gamma_allocation, so every gamma is NaN (clamp_min keeps NaN).
-        keep = torch.isfinite(gamma)
+        # Not ready: gamma / False turns every gamma (> 0 or NaN) into inf or NaN; nan_to_num then
+        # makes each non-finite gamma 1 (two operations where isfinite, & and where take six).
         needed = self._warmup_needed()
         if needed is not None:
-            keep = keep & (self.statistics.samples_seen >= needed).all()
-        return torch.where(keep, gamma, 1.0)
+            if needed == 1 and seen is not None:
+                ready = seen.all()
+            else:
+                ready = (self.statistics.samples_seen >= needed).all()
+            gamma = gamma / ready
+        return torch.nan_to_num(gamma, nan=1.0, posinf=1.0, neginf=1.0)
 
     def _warmup_needed(self) -> int | None:
         """Observations of every class before the logit margins apply (None: no wait)."""
@@ -610,12 +618,13 @@ class MR2Loss(nn.Module):
             if self.logit_margin == "additive":
                 gamma = self.additive_margins(moments)
             else:
-                gamma = self.logit_temperatures(moments)
+                gamma = self.logit_temperatures(moments, seen)
         with _label("mr2.logit_loss"):
+            # The inputs were checked above (the target's range read once per step).
             if self.logit_margin == "additive":
-                logit_term = additive_margin_loss(logits, target, gamma)
+                logit_term = shifted_logit_loss(logits, target, gamma)
             else:
-                logit_term = logit_margin_loss(logits, target, gamma)
+                logit_term = scaled_logit_loss(logits, target, gamma)
         if margin is None:  # representation_skipped: the parts are finished when read
             assert margin_spread is not None
             detached = logit_term.detach()
