@@ -9,11 +9,11 @@ import json
 import numpy as np
 import torch
 
+from helpers.tune_trials import engine_config as _config
 from mr2.config import load_config
 from mr2.engine import EvalResult, train
 from mr2.engine.samplers import shard_for_eval
 from mr2.report.predictions import read_predictions
-from tune.test_tune_runs import _config
 
 
 def test_a_run_writes_predictions_that_agree_with_final_json(tmp_path):

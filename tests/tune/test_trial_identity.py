@@ -120,7 +120,7 @@ def test_command_identity_hashes_the_existing_files_it_names(tmp_path, monkeypat
 
 
 def simulated(candidate: Candidate, seed: int) -> TrialPredictions:
-    from tune.test_trial_tune import simulated as draw
+    from helpers.tune_trials import simulated as draw
 
     return draw(candidate, seed)
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mr2.tune import Candidate, Predictions, TrialError, TrialPredictions, TuneInputError, tune
+from helpers.tune_trials import BASE, Y_TEST, Y_VAL, K, simulated
+from helpers.tune_trials import predict as _predict
+from mr2.tune import Candidate, TrialError, TrialPredictions, TuneInputError, tune
 from mr2.tune.api import NOT_CALLABLE
 from mr2.tune.design import Plan
 from mr2.tune.request import (
@@ -27,27 +29,6 @@ from mr2.tune.request import (
 from mr2.tune.selection import TuneSelectionError, ValidationFigures, choose
 from mr2.tune.trials import STALE_TRIAL, WRONG_TYPE, Y_TRUE_DIFFERS
 from mr2.tune.verdict import seed_figures
-
-K = 6
-PER_CLASS = 60
-Y_VAL = np.repeat(np.arange(K), PER_CLASS)
-Y_TEST = np.repeat(np.arange(K), PER_CLASS)[::-1].copy()
-#: Per-class probability of a correct prediction: ERM's, and what logit_only adds on the hard classes.
-BASE = np.array([0.95, 0.9, 0.85, 0.6, 0.5, 0.4])
-LIFT = {"mr2-logit_only-c1": np.array([0.0, 0.0, 0.0, 0.2, 0.25, 0.3])}
-
-
-def _predict(y: np.ndarray, label: str, seed: int, split: str) -> np.ndarray:
-    rng = np.random.default_rng([zlib.crc32(label.encode()), seed, len(split)])
-    p = np.clip(BASE + LIFT.get(label, 0.0), 0, 1)[y]
-    return np.where(rng.random(y.size) < p, y, (y + 1) % K)
-
-
-def simulated(candidate: Candidate, seed: int) -> TrialPredictions:
-    """A training function without training: predictions drawn per (candidate, seed)."""
-    assert candidate.make_loss().spec == candidate.loss_spec()  # the loss is buildable here
-    return TrialPredictions(val=Predictions(Y_VAL, y_pred=_predict(Y_VAL, candidate.label, seed, "val")),
-                            test={"y_true": Y_TEST, "y_pred": _predict(Y_TEST, candidate.label, seed, "test")})
 
 
 def _expected_choice(seeds: list[int]):

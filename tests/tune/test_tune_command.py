@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.tune_command import COMMAND
 from mr2.cli.main import main
 from mr2.sweep.launcher import SLURM_ONLY
 from mr2.tune import tune
@@ -20,7 +21,6 @@ from mr2.tune.command import (
     FORMAT_SPEC,
     MISSING_PLACEHOLDER,
     NO_MR2_INTERPRETER,
-    NO_PREDICTIONS,
     QUOTED_PLACEHOLDER,
     TIMED_OUT,
     UNKNOWN_PLACEHOLDER,
@@ -30,10 +30,6 @@ from mr2.tune.command import (
 from mr2.tune.driver import TUNE_LOCKED, describe
 from mr2.tune.request import OUTPUT_IS_FILE, make_request
 
-assert NO_PREDICTIONS.startswith("trial {trial}: the command wrote no predictions: {path} is missing")
-
-SCRIPT = Path(__file__).with_name("command_script.py")
-COMMAND = f"{sys.executable} {SCRIPT} --loss-json {{loss}} --seed {{seed}} --out {{out}}"
 K = 6
 
 
@@ -49,7 +45,7 @@ def commanded(tmp_path_factory):
 
 
 def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(commanded, capsys, tmp_path):
-    from tune.test_trial_tune import simulated
+    from helpers.tune_trials import simulated
 
     out, args = commanded
     assert main(args) == 0, capsys.readouterr()
@@ -59,7 +55,9 @@ def test_the_command_source_makes_the_python_apis_choice_on_the_same_trials(comm
     assert record["chosen"]["label"] == "mr2-logit_only-c1"
     assert record["chosen"]["loss_spec"] == {"method": "mr2", "options": {"variant": "logit_only", "c_bar": 1.0},
                                              "num_classes": K}
-    assert record["verdict"]["outcome"] in ("confirmed", "gain with a cost", "inconclusive", "contradicted")
+    # The stand-in script is deterministic: logit_only's gain on 2 fresh seeds is below the level.
+    assert (record["verdict"]["outcome"], record["confirmation"]["what_happened"], record["adopt"]) == (
+        "inconclusive", "gain_below_level", False)
     # The record's configuration to use agrees with the advice printed last.
     assert record["label"] == (record["chosen"]["label"] if record["adopt"] else "erm")
     last = printed.rstrip().splitlines()[-1].strip()

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
-from helpers.sweeps import write_npz
+from helpers.tune_trials import ENGINE_CLASSES as NUM_CLASSES
+from helpers.tune_trials import engine_config as _config
 from mr2.cli.main import main
 from mr2.config import load_config
 from mr2.config.names import BAD_NAME
@@ -45,24 +46,7 @@ from mr2.tune.verdict import seed_figures
 #: run's identity).
 TEST_FIELDS = ("overall_accuracy", "per_class_accuracy", "confusion_matrix", "class_statistics", "logit_margins")
 QUICK = ["erm", "mr2-paper-c1", "mr2-logit_only-c1", "mr2-distance_1d-c1"]
-NUM_CLASSES = 6
 ERM_KEPT = "KEEP ERM (plain cross-entropy training, the reference)."
-
-
-def _config(tmp: Path, **data: object) -> Path:
-    npz = write_npz(tmp / "data.npz", num_classes=NUM_CLASSES, dim=8, train_per_class=48, test_per_class=20)
-    config = {
-        "data": {"name": "arrays", "root": str(npz), "val_fraction": 0.25, "batch_size": 32,
-                 "eval_batch_size": 256, **data},
-        "model": {"name": "mlp", "options": {"hidden_dims": [32]}},
-        "optim": {"name": "sgd", "lr": 0.05, "epochs": 3},
-        "device": "cpu",
-        "deterministic": True,
-        "log_every": 5,
-    }
-    file = tmp / "run.yaml"
-    file.write_text(yaml.safe_dump(config))
-    return file
 
 
 def _request(out_dir: Path, seeds: str = "3", confirm_seeds: str = "3") -> TuneRequest:
