@@ -79,3 +79,14 @@ def test_a_copy_sent_to_a_job_starts_empty_and_not_stopped():
     assert process.wait(30) == 0
     copy.done(process)
     assert copy.stop() == 0
+
+
+def test_the_stored_sources_share_the_store_s_answers(tmp_path):
+    from mr2.tune.source import StoredTrialSource
+    from mr2.tune.trials import TrialStore
+
+    store = TrialStore(tmp_path, 4)
+    for source in (FunctionSource(lambda trial: None, store), CommandSource("x {loss} {seed} {out}", store)):
+        assert isinstance(source, StoredTrialSource)
+        assert (source.num_classes(), source.class_names()) == (4, None)
+        assert source.is_finished(Trial("selection", ERM, 0)) is False

@@ -57,7 +57,7 @@ from mr2.sweep.processes import start_subprocess
 from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
 from mr2.tune.request import TuneRequest
-from mr2.tune.source import TrialResult, run_stored_trials
+from mr2.tune.source import StoredTrialSource, TrialResult, run_stored_trials
 from mr2.tune.text import script_paste
 from mr2.tune.trial_process import DEFAULT_GRACE
 from mr2.tune.trials import SPLITS, Trial, TrialPredictions, TrialStore, read_trial_file
@@ -349,7 +349,7 @@ def stop_processes(running: list[subprocess.Popen[bytes]], grace: float = STOP_G
 
 
 @dataclass
-class CommandSource:
+class CommandSource(StoredTrialSource):
     """Runs trials with a command template (module docstring): a trial source of
     :mod:`mr2.tune.source`.
 
@@ -377,20 +377,11 @@ class CommandSource:
     def record(self) -> dict[str, Any]:
         return {"kind": "command", "command": self.template}
 
-    def num_classes(self) -> int | None:
-        return self.store.num_classes
-
-    def class_names(self) -> list[str] | None:
-        return None
-
     def paste(self, use: Candidate) -> tuple[str, str]:
         return script_paste(use)
 
     def stop(self) -> None:
         self.commands.stop()
-
-    def is_finished(self, trial: Trial) -> bool:
-        return self.store.is_finished(trial)
 
     def describe(self, trial: Trial) -> str:
         return self.command(trial)

@@ -41,6 +41,7 @@ from mr2.tune.trials import SPLITS, Trial, TrialStore, check_trial_predictions
 __all__ = [
     "HEARTBEAT_SECONDS",
     "FunctionSource",
+    "StoredTrialSource",
     "TrialFailed",
     "TrialResult",
     "TrialSource",
@@ -387,8 +388,24 @@ def function_identity(train_fn: Any, version: str | None = None) -> dict[str, An
             "source": None if version is not None else _source_digest(train_fn), "version": version}
 
 
+class StoredTrialSource:
+    """What the sources that keep their trials in a :class:`~mr2.tune.trials.TrialStore` share (your
+    function's, your command's): K and the finished trials are the store's; no class names."""
+
+    store: TrialStore
+
+    def num_classes(self) -> int | None:
+        return self.store.num_classes
+
+    def is_finished(self, trial: Trial) -> bool:
+        return self.store.is_finished(trial)
+
+    def class_names(self) -> list[str] | None:
+        return None
+
+
 @dataclass
-class FunctionSource:
+class FunctionSource(StoredTrialSource):
     """Trials of a Python function ``train_fn(candidate, seed) -> TrialPredictions``
     (:func:`mr2.tune.tune`)."""
 
@@ -404,21 +421,12 @@ class FunctionSource:
     def record(self) -> dict[str, Any]:
         return {"kind": "python"}
 
-    def num_classes(self) -> int | None:
-        return self.store.num_classes
-
-    def class_names(self) -> list[str] | None:
-        return None
-
     def paste(self, use: Candidate) -> tuple[str, str]:
         return train_fn_paste(use)
 
     def stop(self) -> None:
         """Nothing to stop: the trials run in this process or the executor's (an error or Ctrl-C
         cancels the queued ones, :func:`run_stored_trials`)."""
-
-    def is_finished(self, trial: Trial) -> bool:
-        return self.store.is_finished(trial)
 
     def describe(self, trial: Trial) -> str:
         return "train_fn(candidate, seed)"
