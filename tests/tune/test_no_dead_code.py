@@ -61,3 +61,22 @@ def test_class_ids_are_the_argmax_of_the_logits_or_the_ids_given():
     assert y_true.tolist() == [1, 0, 2] and y_pred.tolist() == [1, 0, 2]  # a tie: the first maximum
     y_true, y_pred = class_ids(Predictions(np.array([0, 1]), y_pred=np.array([1, 1], dtype=np.int32)))
     assert y_pred.dtype == np.int64 and y_pred.tolist() == [1, 1]
+
+
+def test_a_choice_is_frozen_and_deciding_again_gives_a_new_one():
+    import dataclasses
+
+    import pytest
+
+    from mr2.tune.selection import ValidationFigures, choose, decide
+
+    runs = {label: [ValidationFigures(f"{label}@{s}", s, 0.8, (0.9, 0.8, accuracy + 0.01 * s)) for s in (0, 1)]
+            for label, accuracy in (("erm", 0.5), ("m", 0.7))}
+    choice = choose(runs, "worst_class")
+    assert (choice.best, choice.recommended) == ("m", "m")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        choice.best = None  # type: ignore[misc]
+    choice.scores[1].eligible = False  # ruled out by the race: decided again, into a new choice
+    again = decide(choice, choice.score("erm"))
+    assert (again.best, again.recommended, again.threshold) == (None, "erm", choice.threshold)
+    assert (choice.best, choice.recommended) == ("m", "m")

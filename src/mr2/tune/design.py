@@ -686,11 +686,10 @@ class Advice:
         }
 
 
-def _decide_again(choice: Choice) -> None:
+def _decide_again(choice: Choice) -> Choice:
     """Redo :func:`mr2.tune.selection.choose`'s last step after eligibility changed (candidates the
     racing ruled out): the best eligible candidate, its margin and the recommendation."""
-    choice.best, choice.margin, choice.recommended = None, math.nan, choice.reference
-    decide(choice, choice.score(choice.reference))
+    return decide(choice, choice.score(choice.reference))
 
 
 def _unstable_reason(verdict: Verdict) -> str:
@@ -1046,7 +1045,7 @@ class Plan:
             for score in choice.scores:
                 if score.label in self._ruled_out:
                     score.eligible, score.reason = False, self._ruled_out[score.label]
-            _decide_again(choice)
+            choice = _decide_again(choice)
         self._choice = choice
         if self.design.gate == "margin":
             self._contenders = [] if choice.is_reference else [choice.recommended]

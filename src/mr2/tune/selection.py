@@ -58,6 +58,7 @@ per-sample predictions), and :attr:`Choice.tier_rule` says which one was applied
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -303,9 +304,9 @@ class CandidateScore:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Choice:
-    """The outcome of the rule.
+    """The outcome of the rule (frozen: a decision taken again is a new choice, :func:`decide`).
 
     Attributes:
         criterion: what was compared.
@@ -489,22 +490,19 @@ def choose(
         samples = (int(per_class.min()), float(np.median(per_class)))
 
     given = None if seeds is None else [int(s) for s in seeds]
-    choice = Choice(criterion, reference, reference, [], seeds=given)
     # The tiers on all of ERM's validation samples: the hard tier of the previous rule, and of the
     # confirmation's test figures under every criterion.
     per_class_erm = np.array([f.per_class_accuracy for f in erm], dtype=np.float64).T  # [K, R]
     full_tiers = _tiers(_masked_mean(per_class_erm, np.ones(per_class_erm.shape, dtype=bool)))
-    choice.tiers = [int(t) for t in full_tiers]
     hard_full = _hard(full_tiers)
-    if criterion == "hard_tier":
-        choice.tier_rule = rule
+    split_tiers: list[list[int]] = []
     if split:
         # erm_half[h, k]: ERM's mean accuracy of class k on half h; the NaN pattern is the same for
         # every run (same labels), so the mean needs no NaN handling.
         erm_half = np.mean(np.stack([f.half_accuracy() for f in erm]), axis=0)
         half_tiers = np.stack([_tiers(erm_half[0]), _tiers(erm_half[1])])  # [2, K]
         hard_by_half = np.stack([_hard(half_tiers[0]), _hard(half_tiers[1])])  # ranked on A, on B
-        choice.split_tiers = [[int(t) for t in row] for row in half_tiers]
+        split_tiers = [[int(t) for t in row] for row in half_tiers]
 
     def run_scores(group: Sequence[ValidationFigures]) -> list[float]:
         if not group:
@@ -525,6 +523,7 @@ def choose(
                                _masked_mean(half[:, 0], hard_by_half[1][None, :])], axis=-1)  # [R, 2]
         return [float(v) for v in _masked_mean(directions, np.ones(2, dtype=bool)[None, :])]
 
+    scores: list[CandidateScore] = []
     for label, group in runs.items():
         values = run_scores(group)
         overall = [f.overall_accuracy for f in group]
@@ -532,10 +531,10 @@ def choose(
         overall_mean, overall_se = _mean_se(overall)
         run_seeds = [f.seed for f in group]
         missing = [] if seeds is None else [int(s) for s in seeds if s not in set(run_seeds)]
-        choice.scores.append(CandidateScore(label, [f.run for f in group], values, mean, se, overall,
-                                            overall_mean, overall_se, seeds=run_seeds, missing_seeds=missing))
-    erm_score = choice.score(reference)
-    for score in choice.scores:
+        scores.append(CandidateScore(label, [f.run for f in group], values, mean, se, overall,
+                                     overall_mean, overall_se, seeds=run_seeds, missing_seeds=missing))
+    erm_score = next(score for score in scores if score.label == reference)
+    for score in scores:
         if score.label == reference:
             continue
         if score.missing_seeds:
@@ -547,20 +546,20 @@ def choose(
         elif not score.overall_mean >= erm_score.overall_mean - erm_score.overall_se:
             score.reason = _OVERALL_COST
         score.eligible = not score.reason
-    choice.samples_per_class = samples
-    choice.threshold = erm_score.se
-    decide(choice, erm_score)
-    return choice
+    choice = Choice(criterion, reference, reference, scores, tiers=[int(t) for t in full_tiers],
+                    threshold=erm_score.se, tier_rule=rule if criterion == "hard_tier" else "",
+                    split_tiers=split_tiers, samples_per_class=samples, seeds=given)
+    return decide(choice, erm_score)
 
 
-def decide(choice: Choice, erm_score: CandidateScore) -> None:
-    """Step 5 of the rule on a choice whose eligibility is set: the best eligible candidate, its
-    margin over ERM, and the recommendation (the wording is :func:`mr2.tune.text.choice_explanation`'s)."""
+def decide(choice: Choice, erm_score: CandidateScore) -> Choice:
+    """Step 5 of the rule on a choice whose eligibility is set: the choice with the best eligible
+    candidate, its margin over ERM, and the recommendation (the wording is
+    :func:`mr2.tune.text.choice_explanation`'s); none of them are taken from ``choice``."""
     eligible = [s for s in choice.scores if s.label != choice.reference and s.eligible]
     if not eligible:
-        return
+        return dataclasses.replace(choice, best=None, margin=math.nan, recommended=choice.reference)
     best = max(eligible, key=lambda s: (s.mean, -choice.scores.index(s)))
-    choice.best = best.label
-    choice.margin = best.mean - erm_score.mean
-    if choice.margin > choice.threshold:
-        choice.recommended = best.label
+    margin = best.mean - erm_score.mean
+    return dataclasses.replace(choice, best=best.label, margin=margin,
+                               recommended=best.label if margin > choice.threshold else choice.reference)
