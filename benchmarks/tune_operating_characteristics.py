@@ -469,12 +469,18 @@ def _race(selection: tuple[int, ...], keep: tuple[int, ...], contenders: int, lo
 #: recommendation confirmed on every confirmation seed; ERM alone still trained there when chosen).
 BASELINE_DESIGN = Design(gate="margin", reference_alone=True)
 
+#: ``DEFAULT_DESIGN`` from issue 37 until the screen (issue 44): racing selection 1 then 3 seeds, 7
+#: kept, the 4 best confirmed with Bonferroni over them, looks at 3, 6, 9 fresh seeds.
+RACING_DESIGN = Design(selection_looks=(1, 3), keep=(7,), gate="best", contenders=4,
+                       confirmation_looks=(3, 6, 9), spending="obrien_fleming", boundaries="union",
+                       futility=0.5)
+
 #: name -> (design, selection pool size, confirmation pool size). ``sA,BkC``: selection stages at A
 #: then B seeds per candidate, C kept after the first; ``mM``: M contenders confirmed; ``LX,Y``:
 #: confirmation looks at X, Y fresh seeds; ``fF``: futility at t <= F (0 unless given).
 DESIGNS: dict[str, tuple[Design, int, int]] = {
-    "default": (DEFAULT_DESIGN, max(DEFAULT_DESIGN.selection_looks or (3,)),
-                max(DEFAULT_DESIGN.confirmation_looks or (5,))),
+    "default": (DEFAULT_DESIGN, DEFAULT_DESIGN.selection_seeds, DEFAULT_DESIGN.confirmation_seeds),
+    "racing": (RACING_DESIGN, 3, 9),
     "baseline-3": (BASELINE_DESIGN, 3, 3),
     "baseline-5": (BASELINE_DESIGN, 3, 5),
     "argmax-5": (Design(gate="best"), 3, 5),
@@ -493,18 +499,18 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     "s1,3k5-m4-L3,6,9": _race((1, 3), (5,), 4, (3, 6, 9)),
     "s1,3k6-m4-L3,6,9-f0.5": _race((1, 3), (6,), 4, (3, 6, 9), futility=0.5),
     # Issue 44: the confirmation's spread pooled over ERM and the contenders, and a max-t level.
-    "pooled": (replace(DEFAULT_DESIGN, variance="pooled"), 3, 9),
-    "pooled-maxt": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t"), 3, 9),
-    "pooled-maxt-k8m5": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t", keep=(8,),
+    "pooled": (replace(RACING_DESIGN, variance="pooled"), 3, 9),
+    "pooled-maxt": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t"), 3, 9),
+    "pooled-maxt-k8m5": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t", keep=(8,),
                                  contenders=5), 3, 9),
-    "pooled-maxt-k6m4": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t", keep=(6,)), 3, 9),
-    "pooled-maxt-pocock": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t",
+    "pooled-maxt-k6m4": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t", keep=(6,)), 3, 9),
+    "pooled-maxt-pocock": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t",
                                    spending="pocock"), 3, 9),
-    "noguard": (replace(DEFAULT_DESIGN, selection_guard="none"), 3, 9),
+    "noguard": (replace(RACING_DESIGN, selection_guard="none"), 3, 9),
     # Issue 44: seeds for the candidates still in doubt (three racing stages, the same trainings).
-    "s1,2,3k9,5": (replace(DEFAULT_DESIGN, selection_looks=(1, 2, 3), keep=(9, 5)), 3, 9),
-    "s1,2,3k10,6": (replace(DEFAULT_DESIGN, selection_looks=(1, 2, 3), keep=(10, 6)), 3, 9),
-    "pooled-maxt-noguard": (replace(DEFAULT_DESIGN, variance="pooled", multiplicity="max_t",
+    "s1,2,3k9,5": (replace(RACING_DESIGN, selection_looks=(1, 2, 3), keep=(9, 5)), 3, 9),
+    "s1,2,3k10,6": (replace(RACING_DESIGN, selection_looks=(1, 2, 3), keep=(10, 6)), 3, 9),
+    "pooled-maxt-noguard": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t",
                                     selection_guard="none"), 3, 9),
 }
 
