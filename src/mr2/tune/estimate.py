@@ -231,8 +231,8 @@ def remaining_text(seconds: float, done: int, expected: float, most: int, worker
     Example:
         >>> print(remaining_text(30.0, 1, 55.1, 77, 2))  # doctest: +NORMALIZE_WHITESPACE
         time estimate (ERM's first trial took 30.0 s): about 14 min 00 s for the 54.1 trainings expected
-        still to run, at most 19 min 00 s for the 76 the plan may still run (2 at a time, each timed as that trial;
-        not included: the candidates' extra cost per trial over ERM)
+        still to run, at most 19 min 00 s for the 76 the plan may still run (2 at a time, each timed as
+        that trial; not included: the candidates' extra cost per trial over ERM)
     """
     workers = max(1, int(workers))
     left_expected = max(0.0, expected - done)
