@@ -235,3 +235,33 @@ def test_the_advice_text_names_the_screen_the_finalist_and_where_the_hard_classe
     kind, sentence = what_happened(plan.advice())
     assert kind == "futility"
     assert sentence.startswith("Stopped for futility at the screen (2 fresh seeds): no contender showed")
+
+
+def test_a_tune_with_a_screen_reports_on_the_tiers_its_verdict_used(tmp_path):
+    """End to end through mr2.tune.tune: the confirmation report's tiers are the ones ranked on ERM's
+    screen runs (not the selection's), and it says so; the verdict's seeds are the finalist's."""
+    import json
+
+    from helpers.tune_trials import Y_TEST, predict, simulated
+    from helpers.tune_trials import K as SIM_K
+    from mr2.report.tiers import assign_tiers
+    from mr2.tune import candidates as tune_candidates
+    from mr2.tune import tune
+
+    chosen = [c for c in tune_candidates("full", losses_only=True)
+              if c.label in ("erm", "mr2-logit_only-c1", "mr2-logit_only-c2", "center_loss")]
+    design = Design(selection_looks=(1,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5,
+                    selection_guard="none")
+    result = tune(simulated, num_classes=SIM_K, candidates=chosen, seeds=[1, 2], confirm_seeds=list(range(10, 18)),
+                  output_dir=tmp_path, design=design)
+    advice = result.advice
+    assert advice.screen_seeds == [10, 11] and advice.screen_tiers
+    erm = np.mean([[np.mean(predict(Y_TEST, "erm", s, "test")[k == Y_TEST] == k) for k in range(SIM_K)]
+                   for s in (10, 11)], axis=0)
+    expected = [int(t) for t in assign_tiers(erm, 3)]
+    tiers = json.loads((result.report_dir / "report.json").read_text())["tiers"]
+    assert tiers["ranked_by"].startswith("ERM's runs of the confirmation's screen")
+    assert tiers["members"] == {name: [k for k, t in enumerate(expected) if t == i]
+                                for i, name in enumerate(("easy", "medium", "hard"))}
+    assert advice.verdict is not None and advice.verdict.seeds[0] == 12
+    assert advice.verdict.hard_classes == [k for k, t in enumerate(expected) if t == max(expected)]

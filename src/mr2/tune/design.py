@@ -765,6 +765,8 @@ class Plan:
         self._offset = 0  # confirmation seeds before the finalist's (the screen's, once it ran)
         self._finalist: str | None = None
         self._screen_hard: list[int] | None = None  # the hard classes ranked on ERM's screen runs
+        self._screen_tiers: list[int] | None = None  # every class's tier, likewise
+        self._screen_accuracy: list[float] | None = None  # ERM's mean per-class test accuracy there
         self._levels: list[float] = []
         self._validation: dict[str, dict[int, ValidationFigures]] = {label: {} for label in self.labels}
         self._test: dict[str, dict[int, SeedFigures]] = {label: {} for label in self.labels}
@@ -802,6 +804,23 @@ class Plan:
         if self._screen_hard is not None:
             return list(self._screen_hard)
         return [] if self._choice is None else self._choice.hard_classes
+
+    @property
+    def confirmation_tiers(self) -> list[int] | None:
+        """Every class's tier (0 easy .. 2 hard, -1 unranked) the confirmation scores on: ranked on
+        ERM's screen runs after a screen with ``screen_tiers``, else the selection's
+        (:attr:`Choice.tiers`); None before the end of selection or without tiers."""
+        if self._screen_tiers is not None:
+            return list(self._screen_tiers)
+        if self._choice is None or not any(t >= 0 for t in self._choice.tiers):
+            return None
+        return list(self._choice.tiers)
+
+    @property
+    def screen_accuracy(self) -> list[float] | None:
+        """After a screen with ``screen_tiers``: ERM's mean per-class test accuracy over the screen's
+        runs, which ranked :attr:`confirmation_tiers` (None otherwise)."""
+        return None if self._screen_accuracy is None else list(self._screen_accuracy)
 
     @property
     def contenders(self) -> list[str]:
@@ -995,9 +1014,10 @@ class Plan:
         order = {label: i for i, label in enumerate(self.labels)}
         erm = choice.score(self.reference)
         guard = self.design.selection_guard == "overall"
+        one_seed = self._stages[-1] < 2
         eligible = [s for s in choice.scores
                     if s.label != self.reference and not math.isnan(s.mean)
-                    and (s.eligible or (not guard and len(s.runs) >= (1 if interim else 2)
+                    and (s.eligible or (not guard and len(s.runs) >= (1 if interim or one_seed else 2)
                                         and not s.missing_seeds)
                          or (interim and len(s.runs) == 1
                              and s.overall_mean >= erm.overall_mean - erm.overall_se))]
@@ -1206,6 +1226,10 @@ class Plan:
         if ranked.size == 0:
             return None
         tiers = assign_tiers(accuracy[ranked], min(3, int(ranked.size)))
+        every = np.full(accuracy.shape[0], -1, dtype=np.int64)
+        every[ranked] = tiers
+        self._screen_tiers = [int(t) for t in every]
+        self._screen_accuracy = [float(a) for a in accuracy]
         return [int(k) for k in ranked[tiers == tiers.max()]]
 
     def _pooled_spread(self) -> tuple[float, int]:

@@ -82,6 +82,10 @@ _TIERS_RANKED_BY = (
     "ERM's selection runs (mean per-class validation accuracy over all validation samples), fixed before "
     "the confirmation: the verdict's tiers"
 )
+_TIERS_RANKED_BY_SCREEN = (
+    "ERM's runs of the confirmation's screen (mean per-class test accuracy over the screen's seeds), "
+    "fixed before the finalist's seeds: the verdict's tiers"
+)
 
 
 @dataclass
@@ -318,9 +322,10 @@ def _samples_per_class(y_true: np.ndarray, num_classes: int) -> tuple[int, float
     return int(counts.min()), float(np.median(counts))
 
 
-def _report(run: _Run, choice: Choice | None) -> tuple[ReportOutput | None, Path | None, str]:
+def _report(run: _Run) -> tuple[ReportOutput | None, Path | None, str]:
     """The confirmation's disparity report over ERM and every confirmed contender, on the verdict's
-    tiers (ranked on ERM's selection runs, fixed before the confirmation)."""
+    tiers (:attr:`mr2.tune.design.Plan.confirmation_tiers`: ranked on ERM's selection runs, or on its
+    screen runs after a screen; fixed before the seeds the verdict tests)."""
     request = run.request
     k = run.num_classes
     names = run.class_names
@@ -341,11 +346,15 @@ def _report(run: _Run, choice: Choice | None) -> tuple[ReportOutput | None, Path
             path=result.log))
     if not any(r.method == REFERENCE_LABEL for r in records):
         return None, None, ""
-    tiers = None if choice is None or not any(t >= 0 for t in choice.tiers) else tuple(choice.tiers)
+    planned = run.plan.confirmation_tiers
+    tiers = None if planned is None else tuple(planned)
+    screen_accuracy = run.plan.screen_accuracy
+    ranked_by, accuracy = ((_TIERS_RANKED_BY_SCREEN, tuple(screen_accuracy)) if screen_accuracy is not None
+                           else (_TIERS_RANKED_BY, _ranking_accuracy(run)))
     settings = ReportSettings(reference=REFERENCE_LABEL, tier_source="validation", bootstrap_resamples=1000,
                               plots=_HAS_MATPLOTLIB, tier_assignment=tiers,
-                              tiers_ranked_by=None if tiers is None else _TIERS_RANKED_BY,
-                              tier_ranking_accuracy=None if tiers is None else _ranking_accuracy(run))
+                              tiers_ranked_by=None if tiers is None else ranked_by,
+                              tier_ranking_accuracy=None if tiers is None else accuracy)
     target = request.directory / "confirmation" / "report"
     try:
         return write_report(records, target, settings), target, ""
@@ -429,7 +438,7 @@ def _finish(run: _Run) -> TuneResult:
     run.announce_choice()
     advice = run.plan.advice()
     choice = run.plan.choice
-    output, report_dir, report_error = _report(run, choice)
+    output, report_dir, report_error = _report(run)
     use = request.candidate(advice.use)
     chosen = None if advice.chosen is None else request.candidate(advice.chosen)
     figures = None
