@@ -12,11 +12,16 @@ Timed side by side, interleaved step by step in one process (the same batches, s
 - ``mr2 paper``: ``MR2Loss.from_variant("paper", K)`` (``T = 1``), the same features;
 - ``mr2, term computed``: ``MR2Loss(K)`` given features that require a gradient (the representation
   term computed and differentiated, as a step that trains the features would): what the saving saves.
+- with ``--baseline REV``, ``mr2 @REV``: ``MR2Loss(K)`` of the package as of git revision ``REV`` (its
+  ``src/mr2`` exported to a temporary directory and imported as ``mr2_baseline``), in the same
+  interleaved loop: a before / after comparison of one process, where back-to-back runs on a shared
+  machine see different loads.
 
 Usage::
 
     PYTHONPATH=src python benchmarks/bench_linear_probe.py --threads 2            # K = 10, 100, 1000
     PYTHONPATH=src python benchmarks/bench_linear_probe.py --quick --classes 10   # smoke test
+    PYTHONPATH=src python benchmarks/bench_linear_probe.py --threads 2 --baseline b8d74b2   # before/after
 
 A benchmark, not a test: it asserts nothing about time (tests/benchmarks runs its quick mode).
 """
@@ -24,12 +29,17 @@ A benchmark, not a test: it asserts nothing about time (tests/benchmarks runs it
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import os
 import platform
+import re
 import shlex
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,8 +57,44 @@ VARIANTS = ("ce", "mr2", "mr2 paper", "mr2, term computed")
 BATCH_POOL = 4
 
 
+#: ``MR2Loss`` of the ``--baseline`` revision (set by :func:`load_baseline`), timed as ``"mr2 @REV"``.
+BASELINE: tuple[str, type[nn.Module]] | None = None
+
+
+def load_baseline(revision: str) -> str:
+    """Export ``src/mr2`` of git ``revision`` to a temporary directory as the package ``mr2_baseline``
+    (its ``mr2`` imports rewritten), import its ``MR2Loss`` into :data:`BASELINE` and return the variant's
+    name. Read from the repository this script lives in."""
+    global BASELINE
+    repo = Path(__file__).resolve().parent.parent
+    target = Path(tempfile.mkdtemp(prefix="mr2_baseline_"))
+    atexit.register(shutil.rmtree, target, ignore_errors=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", revision, "src/mr2"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    package = target / "mr2_baseline"
+    (target / "src" / "mr2").rename(package)
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        text = re.sub(r"\bfrom mr2([. ])", r"from mr2_baseline\1", text)
+        text = re.sub(r"^(\s*)import mr2\b", r"\1import mr2_baseline", text, flags=re.MULTILINE)
+        path.write_text(text)
+    sys.path.insert(0, str(target))
+    from mr2_baseline.losses.mr2 import MR2Loss as Baseline
+
+    name = f"mr2 @{revision}"
+    BASELINE = (name, Baseline)
+    return name
+
+
+def _variants() -> tuple[str, ...]:
+    return VARIANTS if BASELINE is None else (*VARIANTS, BASELINE[0])
+
+
 def _loss_for(name: str, num_classes: int) -> tuple[Callable[..., torch.Tensor], bool]:
     """``(loss(logits, features, target), features need a gradient)`` of a variant."""
+    if BASELINE is not None and name == BASELINE[0]:
+        return BASELINE[1](num_classes), False
     if name == "ce":
         return (lambda logits, features, target: F.cross_entropy(logits, target)), False
     if name == "mr2 paper":
@@ -66,7 +112,8 @@ def run_case(
         for _ in range(BATCH_POOL)
     ]
     setups = {}
-    for name in VARIANTS:
+    variants = _variants()
+    for name in variants:
         torch.manual_seed(seed)
         head = nn.Linear(dim, num_classes)
         loss, wants_grad = _loss_for(name, num_classes)
@@ -85,27 +132,33 @@ def run_case(
         return 1e3 * (time.perf_counter() - start)
 
     for r in range(warmup):
-        for name in VARIANTS:
+        for name in variants:
             step(name, r)
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(repeats):
-        for name in VARIANTS:
+        for name in variants:
             times[name].append(step(name, r))
     return times
 
 
 def format_table(results: Sequence[tuple[int, dict[str, list[float]]]], *, batch: int, dim: int) -> str:
+    variants = _variants()
+    base = None if BASELINE is None else BASELINE[0]
+    extra = "" if base is None else f" {base} / ce (median) | {base} / ce (min) |"
     lines = [
-        "| B | K | d | " + " | ".join(f"{v} median / min ms" for v in VARIANTS)
-        + " | mr2 / ce (median) | mr2 / ce (min) | mr2 paper / ce (median) | term computed / ce (median) |",
-        "| ---: | ---: | ---: |" + " ---: |" * (len(VARIANTS) + 4),
+        "| B | K | d | " + " | ".join(f"{v} median / min ms" for v in variants)
+        + " | mr2 / ce (median) | mr2 / ce (min) | mr2 paper / ce (median) | term computed / ce (median) |"
+        + extra,
+        "| ---: | ---: | ---: |" + " ---: |" * (len(variants) + 4 + (base is not None) * 2),
     ]
     for k, times in results:
-        med = {v: statistics.median(times[v]) for v in VARIANTS}
-        low = {v: min(times[v]) for v in VARIANTS}
-        cells = [str(batch), str(k), str(dim), *(f"{med[v]:.2f} / {low[v]:.2f}" for v in VARIANTS),
+        med = {v: statistics.median(times[v]) for v in variants}
+        low = {v: min(times[v]) for v in variants}
+        cells = [str(batch), str(k), str(dim), *(f"{med[v]:.2f} / {low[v]:.2f}" for v in variants),
                  f"{med['mr2'] / med['ce']:.2f}x", f"{low['mr2'] / low['ce']:.2f}x",
                  f"{med['mr2 paper'] / med['ce']:.2f}x", f"{med['mr2, term computed'] / med['ce']:.2f}x"]
+        if base is not None:
+            cells += [f"{med[base] / med['ce']:.2f}x", f"{low[base] / low['ce']:.2f}x"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -126,7 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=61)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="one warm-up step and two timed steps per case")
+    parser.add_argument("--baseline", metavar="REV", default=None,
+                        help="also time MR2Loss of git revision REV in the same loop (before / after)")
     args = parser.parse_args(argv)
+    if args.baseline is not None:
+        print(f"baseline: MR2Loss of {args.baseline} as 'mr2 @{args.baseline}'")
+        load_baseline(args.baseline)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
