@@ -11,11 +11,12 @@ which every candidate has a run are used, so a candidate and ERM on one seed are
 pair.
 
 **Truth.** The last ``--truth-seeds`` pool seeds (or ``--truth`` SEEDS) are held out: no resampled
-tune uses them. On them, each candidate's true change against ERM is the mean over those seeds of
-its paired test hard-tier difference, the hard tier being the third of classes with ERM's lowest
-test accuracy pooled over those seeds (:func:`mr2.report.tiers.assign_tiers`: the best estimate of
-the true hard third), likewise for overall accuracy. A candidate is *useful* when its true
-hard-tier change is above 0.
+tune uses them (``--truth-seeds 0``: truth on every seed, the tunes' own included, flagged
+IN-SAMPLE: a first look at a pool too small to hold seeds out). On them, each candidate's true
+change against ERM is the mean over those seeds of its paired test hard-tier difference, the hard
+tier being the third of classes with ERM's lowest test accuracy pooled over those seeds
+(:func:`mr2.report.tiers.assign_tiers`: the best estimate of the true hard third), likewise for
+overall accuracy. A candidate is *useful* when its true hard-tier change is above 0.
 
 **A tune.** From the remaining pool seeds, the design's selection pool and confirmation pool are
 drawn without replacement (disjoint; sizes: the design's largest stage and look, or the pools
@@ -98,6 +99,7 @@ class Pool:
     test_correct: np.ndarray
     test_count: np.ndarray
     labels_digest: str | None = None
+    _layout: Layout | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_classes(self) -> int:
@@ -105,8 +107,16 @@ class Pool:
 
     def subset(self, labels: Sequence[str]) -> Pool:
         rows = [self.labels.index(label) for label in labels]
-        return Pool(self.cell, list(labels), list(self.seeds), self.val_correct[rows], self.val_count,
+        pool = Pool(self.cell, list(labels), list(self.seeds), self.val_correct[rows], self.val_count,
                     self.test_correct[rows], self.test_count, self.labels_digest)
+        pool._layout = self._layout
+        return pool
+
+    def layout(self) -> Layout:
+        """Labels and predictions that give the stored counts (built once)."""
+        if self._layout is None:
+            self._layout = Layout(self.val_count, self.test_count)
+        return self._layout
 
 
 def load_pool(cell: str, pools: Path = POOLS) -> Pool:
@@ -145,38 +155,63 @@ def load_pool(cell: str, pools: Path = POOLS) -> Pool:
 # Figures, as the engine way of tune builds them from predictions
 # ---------------------------------------------------------------------------------------------
 
-def validation_figures(label: str, seed: int, half_correct: np.ndarray, half_count: np.ndarray,
-                       digest: str | None = None) -> Any:
-    """:meth:`ValidationFigures.from_predictions`' figures from the per-half counts ([2, K] each)."""
-    from mr2.tune.selection import ValidationFigures
+class Layout:
+    """Labels with the pool's per-class counts and, per run, predictions with its correct counts, so
+    that the figures come from the library's own :meth:`ValidationFigures.from_predictions` and
+    :func:`mr2.tune.verdict.seed_figures` (they depend on the counts only; the validation labels'
+    digest is the pool's).
 
-    correct = np.asarray(half_correct, dtype=np.int64)
-    count = np.asarray(half_count, dtype=np.int64)
-    total_correct, total = correct.sum(0).astype(np.float64), count.sum(0).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_class = np.where(total > 0, total_correct / np.where(total > 0, total, 1.0), np.nan)
-    return ValidationFigures(
-        run=f"{label}@{seed}", seed=int(seed),
-        overall_accuracy=float(correct.sum() / count.sum()),
-        per_class_accuracy=tuple(float(v) for v in per_class),
-        half_correct=(tuple(int(v) for v in correct[0]), tuple(int(v) for v in correct[1])),
-        half_count=(tuple(int(v) for v in count[0]), tuple(int(v) for v in count[1])),
-        labels_digest=digest)
+    A validation sample's half is :func:`mr2.tune.selection.split_halves`' on these labels; the
+    per-(half, class) sample counts equal the real split's (``ceil`` / ``floor`` of ``n_k / 2``).
+    """
+
+    def __init__(self, val_count: np.ndarray, test_count: np.ndarray) -> None:
+        from mr2.tune.selection import split_halves
+
+        self.k = int(test_count.size)
+        per_class = np.asarray(val_count, dtype=np.int64).sum(0)
+        self.y_val = np.repeat(np.arange(self.k), per_class)
+        halves = split_halves(self.y_val).astype(np.int64)
+        self.val_cell = halves * self.k + self.y_val
+        counts = np.bincount(self.val_cell, minlength=2 * self.k).reshape(2, self.k)
+        if not np.array_equal(counts, val_count):
+            raise PoolError(f"the pool's validation half counts {np.asarray(val_count).tolist()} are not "
+                            f"split_halves' {counts.tolist()}")
+        self.val_rank = _rank_within(self.val_cell)
+        self.y_test = np.repeat(np.arange(self.k), np.asarray(test_count, dtype=np.int64))
+        self.test_rank = _rank_within(self.y_test)
+
+    def _predict(self, labels: np.ndarray, cell: np.ndarray, rank: np.ndarray,
+                 correct: np.ndarray) -> np.ndarray:
+        right = rank < np.asarray(correct, dtype=np.int64).reshape(-1)[cell]
+        return np.where(right, labels, (labels + 1) % self.k)
+
+    def validation(self, label: str, seed: int, half_correct: np.ndarray, digest: str | None = None) -> Any:
+        """The figures of a run with these per-(half, class) correct counts ([2, K])."""
+        from dataclasses import replace
+
+        from mr2.tune.selection import ValidationFigures
+
+        predicted = self._predict(self.y_val, self.val_cell, self.val_rank, half_correct)
+        figures = ValidationFigures.from_predictions(f"{label}@{seed}", int(seed), self.y_val, predicted,
+                                                     self.k)
+        return figures if digest is None else replace(figures, labels_digest=digest)
+
+    def test(self, correct: np.ndarray, hard: Sequence[int]) -> Any:
+        """The test figures of a run with these per-class correct counts ([K]) on ``hard``."""
+        from mr2.tune.verdict import seed_figures
+
+        predicted = self._predict(self.y_test, self.y_test, self.test_rank, correct)
+        return seed_figures(self.y_test, predicted, list(hard), self.k)
 
 
-def test_figures(correct: np.ndarray, count: np.ndarray, hard: Sequence[int]) -> Any:
-    """:func:`mr2.tune.verdict.seed_figures`' figures from per-class test counts ([K] each)."""
-    from mr2.tune.verdict import SeedFigures
-
-    correct = np.asarray(correct, dtype=np.float64)
-    count = np.asarray(count, dtype=np.float64)
-    mask = np.zeros(count.size, dtype=bool)
-    mask[np.asarray(list(hard), dtype=np.int64)] = True
-    present = mask & (count > 0)
-    per_class = correct[present] / count[present]
-    rounding = math.sqrt(float((1.0 / (12.0 * count[present] ** 2)).sum())) / int(present.sum())
-    return SeedFigures(hard_tier=float(per_class.mean()), overall=float(correct.sum() / count.sum()),
-                       rounding_sd=rounding)
+def _rank_within(cell: np.ndarray) -> np.ndarray:
+    """Each sample's position among the samples of its cell (0, 1, ...), in order."""
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    rank = np.empty(cell.size, dtype=np.int64)
+    rank[order] = np.arange(cell.size) - np.searchsorted(sorted_cell, sorted_cell, side="left")
+    return rank
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,6 +278,7 @@ def run_tune(pool: Pool, design: Any, selection: Sequence[int], confirmation: Se
 
     val = pool.val_correct if val_correct is None else val_correct
     test = pool.test_correct if test_correct is None else test_correct
+    layout = pool.layout()
     row = {label: i for i, label in enumerate(pool.labels)}
     column = {s: j for j, s in enumerate(pool.seeds)}
     plan = Plan(pool.labels, reference=REFERENCE, selection_seeds=selection, confirmation_seeds=confirmation,
@@ -251,11 +287,10 @@ def run_tune(pool: Pool, design: Any, selection: Sequence[int], confirmation: Se
         for r in requests:
             i, j = row[r.label], column[r.seed]
             if r.phase == "selection":
-                plan.record_validation(r.label, r.seed, validation_figures(
-                    r.label, r.seed, val[i, j], pool.val_count, pool.labels_digest))
+                plan.record_validation(r.label, r.seed, layout.validation(r.label, r.seed, val[i, j],
+                                                                          pool.labels_digest))
             else:
-                figures = test_figures(test[i, j], pool.test_count, plan.hard_classes)
-                plan.record_test(r.label, r.seed, figures)
+                plan.record_test(r.label, r.seed, layout.test(test[i, j], plan.hard_classes))
     advice = plan.advice()
     return TuneResult(advice.adopt, advice.use, list(advice.contenders), plan.trainings)
 
@@ -329,9 +364,10 @@ class Summary:
 
 
 def run_scenario(pool: Pool, truth: Truth, design: Any, sizes: tuple[int, int], scenario: str, reps: int,
-                 rng: np.random.Generator, delta: float = 0.0) -> Summary:
-    """``reps`` resampled tunes of one scenario (module docstring)."""
-    tune_seeds = [s for s in pool.seeds if s not in set(truth.seeds)]
+                 rng: np.random.Generator, delta: float = 0.0, held_out: bool = True) -> Summary:
+    """``reps`` resampled tunes of one scenario (module docstring); ``held_out=False``: the tunes draw
+    from every pool seed, the truth's included (in-sample truth: a first look only)."""
+    tune_seeds = [s for s in pool.seeds if s not in set(truth.seeds)] if held_out else list(pool.seeds)
     n_sel, n_conf = sizes
     if len(tune_seeds) < n_sel + n_conf:
         raise PoolError(f"{pool.cell}: {len(tune_seeds)} pool seeds outside the truth's, a tune needs "
@@ -401,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument("--deltas", nargs="+", type=float, default=[1.0, 2.0], help="shift's lifts (points)")
     parser.add_argument("--reps", type=int, default=500, help="tunes per cell, design and scenario")
-    parser.add_argument("--truth-seeds", type=int, default=6, help="the last N complete pool seeds")
+    parser.add_argument("--truth-seeds", type=int, default=6,
+                        help="the last N complete pool seeds; 0: in-sample truth on every seed (first look)")
     parser.add_argument("--truth", default="", help="explicit held-out seeds (comma-separated)")
     parser.add_argument("--pools", type=Path, default=POOLS)
     parser.add_argument("--seed", type=int, default=0)
@@ -419,9 +456,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if missing:
                 raise PoolError(f"{cell}: truth seeds {missing} are not complete pool seeds {pool.seeds}")
         else:
-            truth_seeds = pool.seeds[-args.truth_seeds:]
+            truth_seeds = pool.seeds[-args.truth_seeds:] if args.truth_seeds > 0 else list(pool.seeds)
+        held_out = args.truth or args.truth_seeds > 0
         truth = measure_truth(pool, truth_seeds)
-        tune_seeds = [s for s in pool.seeds if s not in set(truth_seeds)]
+        tune_seeds = [s for s in pool.seeds if s not in set(truth_seeds)] if held_out else list(pool.seeds)
+        if not held_out:
+            print(f"\n**{cell}: IN-SAMPLE truth (--truth-seeds 0): measured on the tunes' own seeds; a "
+                  "first look only, not the benchmark's truth.**")
         print(f"\n## {cell}: K = {pool.num_classes}, {len(pool.labels)} labels x {len(pool.seeds)} complete "
               f"seeds; tunes draw from {len(tune_seeds)} seeds {tune_seeds}, truth on {truth_seeds}\n")
         print(f"True change against ERM on the held-out seeds (points; hard tier = classes {truth.hard}):\n")
@@ -448,7 +489,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 name = f"shift+{delta:g}" if scenario == "shift" else scenario
                 rng = np.random.default_rng([args.seed, c, d, s])
                 try:
-                    summary = run_scenario(pool, truth, design, sizes, scenario, args.reps, rng, delta)
+                    summary = run_scenario(pool, truth, design, sizes, scenario, args.reps, rng, delta,
+                                           held_out=bool(held_out))
                 except PoolError as error:
                     print(f"| {name} | skipped: {error} |||||||||")
                     continue

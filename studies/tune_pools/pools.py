@@ -2,8 +2,14 @@
 ``mr2 tune``'s ``full`` set and ERM, trained on a list of seeds with a track-record cell's
 configuration, through the engine exactly as ``mr2 tune --config`` trains its trials.
 
-    nohup nice -n 15 .venv/bin/python studies/tune_pools/pools.py train CELL --seeds 100-119 \\
-        --work runs/tune-pools [--glyphs runs/tune-pools/glyphs.npz] > log 2>&1 &
+    mkdir -p runs/tune-pools/code && git archive HEAD src | tar -x -C runs/tune-pools/code \\
+        && git rev-parse --short HEAD > runs/tune-pools/code/COMMIT
+    PYTHONPATH=runs/tune-pools/code/src nohup nice -n 15 .venv/bin/python studies/tune_pools/pools.py \\
+        train CELL --seeds 100-119 --clean --quiet [--glyphs runs/tune-pools/glyphs.npz] > log 2>&1 &
+
+The runs train with the mr2 of a fixed commit exported outside the working tree (``PYTHONPATH``;
+its commit, from ``COMMIT`` next to ``src/``, is recorded with every run): a working tree that
+others edit while a pool trains must not change the code of half the runs.
 
 CELL is a track-record cell (studies/tune_track/track.py: ``mlp-n100`` ... ``glyphs-mlp-n300``); its
 regime-map ``base`` is the run configuration, unchanged. The runs are the confirmation trials of a
@@ -76,6 +82,13 @@ def cell_config(cell: str, work: Path, glyphs: Path | None) -> dict[str, Any]:
 
 
 def git_commit() -> str:
+    """The commit of the mr2 that trains: ``COMMIT`` next to its ``src/`` (an exported tree, see the
+    module docstring), else the repository's HEAD."""
+    import mr2
+
+    marker = Path(mr2.__file__).resolve().parents[2] / "COMMIT"
+    if marker.is_file():
+        return marker.read_text().strip()
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
@@ -162,13 +175,20 @@ def train(args: argparse.Namespace) -> None:
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else None
     commit = git_commit()
     cpu = ChildCPU()
-    print(f"pools.py: {args.cell}, {len(labels)} candidates x {len(seeds)} seeds, commit {commit}, "
-          f"{len(done)} runs stored already", flush=True)
+    import mr2
+
+    print(f"pools.py: {args.cell}, {len(labels)} candidates x {len(seeds)} seeds, mr2 of commit {commit} "
+          f"from {Path(mr2.__file__).parent}, {len(done)} runs stored already", flush=True)
     try:
-        for seed in seeds:
+        for seed in (reversed(seeds) if args.descending else seeds):
             trials = [request.trial("confirmation", label, seed) for label in labels
                       if (label, seed) not in done]
             for trial in trials:
+                # Another process filling the same pool (e.g. from the other end, --descending) may
+                # have stored it meanwhile; two processes never train one run at once (the run's lock).
+                done |= {(r["label"], int(r["seed"])) for r in read_pool(args.cell, Path(args.pools))}
+                if (trial.candidate.label, seed) in done:
+                    continue
                 before_cpu, before = cpu.total(), time.perf_counter()
                 (result,) = source.run([trial], io.StringIO() if args.quiet else sys.stdout)
                 wall, used = time.perf_counter() - before, cpu.total() - before_cpu
@@ -247,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--glyphs", default="", help="the glyph file (glyph cells)")
     p.add_argument("--clean", action="store_true", help="delete each run directory once stored")
     p.add_argument("--quiet", action="store_true", help="no sweep progress lines")
+    p.add_argument("--descending", action="store_true", help="the seeds from the largest down")
     p.set_defaults(func=train)
     s = sub.add_parser("status", help="what each pool holds")
     s.add_argument("cells", nargs="*")

@@ -59,23 +59,25 @@ def synthetic_pool(bench, rng: np.random.Generator, lifts: dict[str, float], see
 
 
 def test_figures_equal_the_engine_ways(bench):
-    """The stored counts give exactly ValidationFigures.from_predictions' and seed_figures' figures."""
+    """Figures from the stored counts equal those of the real predictions (from_predictions and
+    seed_figures on them), every field, for several runs of one layout."""
     rng = np.random.default_rng(0)
-    y_val = rng.integers(0, K, 97)
-    p_val = np.where(rng.random(97) < 0.7, y_val, rng.integers(0, K, 97))
-    y_test = rng.integers(0, K, 501)
-    p_test = np.where(rng.random(501) < 0.6, y_test, rng.integers(0, K, 501))
-    expected = ValidationFigures.from_predictions("a@3", 3, y_val, p_val, K)
+    y_val = rng.permutation(np.repeat(np.arange(K), rng.integers(3, 12, K)))  # uneven, shuffled classes
+    y_test = rng.permutation(np.repeat(np.arange(K), rng.integers(40, 60, K)))
     halves = split_halves(y_val).astype(np.int64)
     index = halves * K + y_val
     count = np.bincount(index, minlength=2 * K).reshape(2, K)
-    correct = np.bincount(index, weights=(y_val == p_val), minlength=2 * K).reshape(2, K).astype(np.int64)
-    got = bench.validation_figures("a", 3, correct, count, expected.labels_digest)
-    assert got == expected
-    hard = [1, 4, 7]
     test_count = np.bincount(y_test, minlength=K)
-    test_correct = np.bincount(y_test, weights=(y_test == p_test), minlength=K).astype(np.int64)
-    assert bench.test_figures(test_correct, test_count, hard) == seed_figures(y_test, p_test, hard, K)
+    layout = bench.Layout(count, test_count)
+    for run in range(5):
+        p_val = np.where(rng.random(y_val.size) < 0.3 + 0.1 * run, y_val, rng.integers(0, K, y_val.size))
+        p_test = np.where(rng.random(y_test.size) < 0.6, y_test, rng.integers(0, K, y_test.size))
+        expected = ValidationFigures.from_predictions("a@3", 3, y_val, p_val, K)
+        correct = np.bincount(index, weights=(y_val == p_val), minlength=2 * K).reshape(2, K).astype(np.int64)
+        assert layout.validation("a", 3, correct, expected.labels_digest) == expected
+        hard = [1, 4, 7]
+        test_correct = np.bincount(y_test, weights=(y_test == p_test), minlength=K).astype(np.int64)
+        assert layout.test(test_correct, hard) == seed_figures(y_test, p_test, hard, K)
 
 
 def test_truth_against_a_loop(bench):
@@ -147,6 +149,9 @@ def test_no_tune_sees_a_truth_seed(bench, monkeypatch):
         assert not set(selection) & set(confirmation)
         assert not (set(selection) | set(confirmation)) & set(truth.seeds)
     assert len({tuple(s) for s, _ in seen}) > 5  # the draws vary
+    seen.clear()  # in-sample truth (a first look): the tunes may use every seed
+    bench.run_scenario(pool, truth, DEFAULT_DESIGN, (3, 9), "as-is", 10, np.random.default_rng(7), held_out=False)
+    assert any((set(s) | set(c)) & set(truth.seeds) for s, c in seen)
 
 
 def test_too_few_seeds_is_refused(bench):
