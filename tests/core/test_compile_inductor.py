@@ -40,3 +40,25 @@ def test_mr2_loss_compiles_with_fullgraph_on_the_cpu_inductor(variant):
     assert eager.parts.representation > 0
     for (name, a), (_, b) in zip(eager.named_buffers(), compiled_module.named_buffers(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_NO_COMPILER, reason="torch.compile's CPU inductor backend needs a C++ compiler (none on PATH)")
+def test_many_classes_statistics_compile_with_fullgraph_and_match_eager():
+    # K > B / 2: the statistics' row update; the eager CPU step may read on the host (a class seen for
+    # the first time or not), the compiled one must not (fullgraph), with the same values.
+    torch._dynamo.reset()
+    eager = MR2Loss(12, feature_dim=6)
+    compiled_module = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_module, fullgraph=True)
+    g = torch.Generator().manual_seed(0)
+    for step in range(3):
+        target = torch.randint(0, 12, (16,), generator=g)
+        if step == 0:
+            target[:12] = torch.arange(12)
+        logits, features = torch.randn(16, 12, generator=g), torch.randn(16, 6, generator=g)
+        want = eager(logits.clone().requires_grad_(), features.clone().requires_grad_(), target)
+        got = compiled(logits.clone().requires_grad_(), features.clone().requires_grad_(), target)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for (name, a), (_, b) in zip(eager.named_buffers(), compiled_module.named_buffers(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)

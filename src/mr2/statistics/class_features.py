@@ -370,6 +370,21 @@ class ClassFeatureStatistics(nn.Module):
                 sums = x.new_zeros(self.feature_sum.shape).index_add_(0, target, x)
                 self._ema_(self.feature_sum, sums, weight)
                 self._norm_cache_valid = False
+            elif (
+                ok is None
+                and x.device.type == "cpu"
+                and not torch.compiler.is_compiling()
+                and not self._first_observation(pending)
+            ):
+                # Many classes, on CPU, no class seen for the first time (a host read; the usual
+                # step): every present class has w_k = 1 - m, so S_k <- (1 - w_k) S_k + w_k sum_k is
+                # ONE in-place scaling of the [K, d] buffer (absent classes: by 1, bit for bit) and
+                # ONE index_add_ of the batch's rows with alpha = 1 - m: fewer passes than gathering
+                # and scattering the rows (B = 512, d = 2048, 1 thread, with the norms moments()
+                # then recomputes: 1.36 against 1.74 ms at K = 1,000, 0.66 against 1.20 ms at K = 300).
+                self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
+                self.feature_sum.index_add_(0, target, x, alpha=1.0 - self.momentum)
+                self._norm_cache_valid = False
             else:
                 # Many classes: S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of
                 # the B rows w_k (x_i - S_k / n_k): only the rows of the classes in the batch are
@@ -397,6 +412,10 @@ class ClassFeatureStatistics(nn.Module):
             # Counts are sums of ones (exact integers in float32 below 2^24): no rounding needed.
             seen = pending.batch_count.long() if pending.seen_count is None else pending.seen_count
             self.samples_seen.add_(seen if ok is None else seen * ok)
+
+    def _first_observation(self, pending: PendingUpdate) -> bool:
+        """Whether the batch holds a class never seen before (a host read)."""
+        return bool((pending.batch_count > 0).logical_and_(self.samples_seen == 0).any())
 
     # ------------------------------------------------------- deferred updates
     def check_deferrable(self) -> None:
