@@ -931,10 +931,8 @@ class Plan:
         for any other sequential design, the maximum (no simulation stands behind it).
         """
         confirmation = float(self._confirmation_trainings())
-        default_looks = _cumulative(DEFAULT_DESIGN.confirmation_looks, len(self.confirmation_seeds))
-        if (self.design == DEFAULT_DESIGN and len(self._looks) > 1 and self._looks == default_looks
-                and DEFAULT_DESIGN.confirmation_looks is not None
-                and self._looks[-1] == DEFAULT_DESIGN.confirmation_looks[-1]):
+        if (self.design == DEFAULT_DESIGN and len(self._looks) > 1
+                and len(self.confirmation_seeds) >= DEFAULT_DESIGN.confirmation_seeds):
             confirmation = min(confirmation, SIMULATED_CONFIRMATION_TRAININGS)
         return self._selection_trainings() + confirmation
 
