@@ -475,12 +475,20 @@ RACING_DESIGN = Design(selection_looks=(1, 3), keep=(7,), gate="best", contender
                        confirmation_looks=(3, 6, 9), spending="obrien_fleming", boundaries="union",
                        futility=0.5)
 
+#: Issue 44's screen: every candidate on 1 validation seed (ERM on 2), the 14 best eligible screened
+#: on 2 fresh test seeds, the finalist tested alone with looks at 3, 6, 9, 12 seeds after the screen.
+SCREEN_DESIGN = Design(selection_looks=(1,), gate="best", contenders=14, screen=2,
+                       confirmation_looks=(3, 6, 9, 12), spending="obrien_fleming", boundaries="union",
+                       futility=0.5)
+
 #: name -> (design, selection pool size, confirmation pool size). ``sA,BkC``: selection stages at A
 #: then B seeds per candidate, C kept after the first; ``mM``: M contenders confirmed; ``LX,Y``:
 #: confirmation looks at X, Y fresh seeds; ``fF``: futility at t <= F (0 unless given).
 DESIGNS: dict[str, tuple[Design, int, int]] = {
     "default": (DEFAULT_DESIGN, DEFAULT_DESIGN.selection_seeds, DEFAULT_DESIGN.confirmation_seeds),
     "racing": (RACING_DESIGN, 3, 9),
+    # Issue 44: the screen (chosen by the rule in docs/benchmarks/tune-operating-characteristics.md).
+    "s1-scr2-m14-L3,6,9,12": (SCREEN_DESIGN, 2, 14),
     "baseline-3": (BASELINE_DESIGN, 3, 3),
     "baseline-5": (BASELINE_DESIGN, 3, 5),
     "argmax-5": (Design(gate="best"), 3, 5),

@@ -9,6 +9,7 @@ import pytest
 
 from mr2.tune.design import (
     DEFAULT_DESIGN,
+    SIMULATED_CONFIRMATION_TRAININGS,
     Design,
     Plan,
     Request,
@@ -273,17 +274,26 @@ def test_union_boundaries_hold_their_level_with_t_tests_by_monte_carlo(rule, loo
 
 
 def test_the_default_design_in_numbers():
-    """The rule stated in the module docstring: 1 then 3 selection seeds, 7 kept, 4 contenders, looks
-    at 3, 6 and 9 fresh seeds with O'Brien-Fleming-type levels spending 0.05 / 4 by the union bound."""
-    assert DEFAULT_DESIGN.selection_looks == (1, 3) and DEFAULT_DESIGN.keep == (7,)
-    assert DEFAULT_DESIGN.contenders == 4 and DEFAULT_DESIGN.confirmation_looks == (3, 6, 9)
-    levels = nominal_levels([1 / 3, 2 / 3, 1], DEFAULT_DESIGN.alpha / 4, "obrien_fleming")
-    assert [round(100 * a, 4) for a in levels] == [0.0015, 0.2205, 1.028]
-    plan = Plan(["erm", *[f"c{i}" for i in range(17)]], selection_seeds=[1, 2, 3],
-                confirmation_seeds=list(range(10, 19)))
-    # ERM 3 + 17 x 1 + 7 x 2 selection runs; (1 + 4) x 9 confirmation runs at most.
-    assert plan.max_trainings() == 34 + 45
-    assert 34 < plan.expected_trainings() <= plan.max_trainings()
+    """The rule stated in the module docstring: every candidate on 1 selection seed (ERM on 2), the 14
+    best eligible screened on 2 fresh seeds, the finalist tested alone at looks 3, 6, 9 and 12 seeds
+    after the screen with O'Brien-Fleming-type levels spending the whole 0.05."""
+    assert DEFAULT_DESIGN.selection_looks == (1,) and DEFAULT_DESIGN.keep == ()
+    assert DEFAULT_DESIGN.contenders == 14 and DEFAULT_DESIGN.screen == 2 and DEFAULT_DESIGN.screen_tiers
+    assert DEFAULT_DESIGN.confirmation_looks == (3, 6, 9, 12) and DEFAULT_DESIGN.futility == 0.5
+    assert (DEFAULT_DESIGN.selection_seeds, DEFAULT_DESIGN.confirmation_seeds) == (2, 14)
+    from scipy.stats import norm
+
+    levels = nominal_levels([1 / 4, 2 / 4, 3 / 4, 1], DEFAULT_DESIGN.alpha, "obrien_fleming")
+    # Lan-DeMets O'Brien-Fleming-type spending, alpha(t) = 2 (1 - Phi(z_{1 - alpha / 2} / sqrt(t))),
+    # its increments as the nominal levels (union bound).
+    spent = [2 * (1 - norm.cdf(norm.ppf(1 - 0.05 / 2) / math.sqrt(t))) for t in (0.25, 0.5, 0.75, 1.0)]
+    assert levels == pytest.approx(np.diff([0.0, *spent]), rel=1e-9)
+    assert sum(levels) == pytest.approx(0.05, rel=1e-9)
+    plan = Plan(["erm", *[f"c{i}" for i in range(17)]], selection_seeds=[1, 2],
+                confirmation_seeds=list(range(10, 24)))
+    # ERM 2 + 17 x 1 selection runs; the screen (1 + 14) x 2; the finalist and ERM 2 x 12 at most.
+    assert plan.max_trainings() == 19 + 30 + 24
+    assert 19 < plan.expected_trainings() == 19 + SIMULATED_CONFIRMATION_TRAININGS <= plan.max_trainings()
 
 
 def test_a_sequential_confirmation_stops_at_the_first_look_that_passes():

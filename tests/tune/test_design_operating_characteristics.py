@@ -38,9 +38,7 @@ def bench():
 def _null_rate(bench, design: Design, cells=CELLS, reps: int = REPS, count: int = 17) -> tuple[float, int]:
     by_name = {c["name"]: bench.Cell.from_dict(c) for c in bench.load_cells()}
     labels = bench.labels_for(count)
-    selection = max(design.selection_looks or (3,))
-    confirmation = max(design.confirmation_looks or (5,))
-    pools = (bench.SELECTION_POOL[:selection], bench.CONFIRMATION_POOL[:confirmation])
+    pools = (bench.SELECTION_POOL[:design.selection_seeds], bench.CONFIRMATION_POOL[:design.confirmation_seeds])
     adopted = 0
     for i, name in enumerate(cells):
         sim = bench.Simulator(by_name[name], np.random.default_rng([11, i]))

@@ -46,11 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", metavar="N|S,S,...",
                         help="the selection seed pool: a count (0..N-1) or a list (default: what the design "
-                        "uses, 3)")
+                        "uses, 2)")
     parser.add_argument("--confirm-seeds", metavar="M|S,S,...",
                         help="the fresh confirmation seed pool: a count (after the selection seeds) or a "
-                        "list disjoint from them (default: what the design uses, 9; only the seeds its looks "
-                        "need are trained)")
+                        "list disjoint from them (default: what the design uses, 14; only the seeds its "
+                        "screen and looks need are trained)")
     parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full|LABEL,LABEL,..",
                         help="quick: MR2's paper, logit_only, distance_1d at c_bar 1 (3 candidates against "
                         "ERM); full: every variant at 3 c_bar or margin values and 5 baselines (17 against "

@@ -243,8 +243,9 @@ def make_request(
 ) -> TuneRequest:
     """Validate a tune's arguments (counts give consecutive seeds; confirmation seeds start after the
     largest selection seed; at least 2 and at most :data:`MAX_SEEDS` each, disjoint). Without seeds,
-    the pools are what the design uses at most (:data:`mr2.tune.design.DEFAULT_DESIGN`: 3 selection
-    seeds, 9 confirmation seeds; a shorter pool cuts its stages and looks).
+    the pools are what the design uses at most (:data:`mr2.tune.design.DEFAULT_DESIGN`: 2 selection
+    seeds, 14 confirmation seeds: 2 for the screen, 12 for the finalist; a shorter pool cuts its looks,
+    and one shorter than 4 skips the screen).
 
     Args:
         losses_only: the candidates must be losses (training code of your own); False for mr2's
@@ -269,8 +270,8 @@ def make_request(
     if Path(output_dir).is_file() or (Path(output_dir) / name).is_file():
         raise TuneInputError(OUTPUT_IS_FILE.format(path=Path(output_dir) if Path(output_dir).is_file()
                                                    else Path(output_dir) / name))
-    selection = parse_seeds(seeds, "--seeds", max(design.selection_looks or (3,)))
-    confirmation = parse_seeds(confirm_seeds, "--confirm-seeds", max(design.confirmation_looks or (3,)),
+    selection = parse_seeds(seeds, "--seeds", design.selection_seeds)
+    confirmation = parse_seeds(confirm_seeds, "--confirm-seeds", design.confirmation_seeds,
                                start=max(selection) + 1)
     common = sorted(set(selection) & set(confirmation))
     if common:
