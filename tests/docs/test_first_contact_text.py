@@ -59,10 +59,10 @@ def test_tune_ready_states_the_default_tunes_shape() -> None:
     page = " ".join((ROOT / "docs" / "tune-ready.md").read_text(encoding="utf-8").split())
     assert "16 losses" not in page and "x 3 seeds, then the confirmation on 3 fresh seeds" not in page
     match = re.search(
-        r"the `full` set, ERM and (?P<n>\d+) candidates with your own code: every candidate races on "
-        r"(?P<first>\d+) validation seed, ERM on (?P<erm>\d+); the (?P<keep>\d+) best and ERM go on to "
-        r"(?P<last>\d+) seeds; the (?P<contenders>\d+) best of those are confirmed against ERM on fresh "
-        r"test seeds, (?P<step>\d+) at a time up to (?P<most>\d+)", page)
+        r"the `full` set, ERM and (?P<n>\d+) candidates with your own code: every candidate is ranked on "
+        r"(?P<first>\d+) validation seed, ERM on (?P<erm>\d+); the (?P<contenders>\d+) best are screened "
+        r"against ERM on (?P<screen>\d+) fresh test seeds; the finalist of the screen is confirmed against "
+        r"ERM on fresh test seeds after the screen, (?P<step>\d+) at a time up to (?P<most>\d+)", page)
     assert match is not None
     request = make_request(num_classes=10, output_dir="unused", name="x")
     first_round = Counter(item.label for item in request.plan().next_round())
@@ -70,8 +70,8 @@ def test_tune_ready_states_the_default_tunes_shape() -> None:
     assert int(match["first"]) == max(n for label, n in first_round.items() if label != "erm")
     assert int(match["erm"]) == first_round["erm"]
     assert request.design == DEFAULT_DESIGN
-    assert (int(match["first"]), int(match["last"])) == DEFAULT_DESIGN.selection_looks
-    assert (int(match["keep"]),) == DEFAULT_DESIGN.keep and int(match["contenders"]) == DEFAULT_DESIGN.contenders
+    assert (int(match["first"]),) == DEFAULT_DESIGN.selection_looks and DEFAULT_DESIGN.keep == ()
+    assert int(match["contenders"]) == DEFAULT_DESIGN.contenders and int(match["screen"]) == DEFAULT_DESIGN.screen
     looks = DEFAULT_DESIGN.confirmation_looks
     assert looks is not None and int(match["most"]) == looks[-1]
     assert all(b - a == int(match["step"]) for a, b in zip((0, *looks), looks, strict=False))

@@ -926,6 +926,11 @@ class Plan:
         """The most trials this plan can request (no failure): every stage and look run in full."""
         return self._selection_trainings() + self._confirmation_trainings()
 
+    def max_confirmation_trainings(self) -> int:
+        """The most confirmation trials (the screen's and the finalist's, or every contender's on every
+        look) this plan can request: the runs a confirmation report may hold."""
+        return self._confirmation_trainings()
+
     def expected_trainings(self) -> float:
         """The trials a tune of this plan is expected to request (for ``--dry-run``).
 

@@ -144,7 +144,7 @@ def check_report_memory(request: TuneRequest, num_classes: int) -> None:
     """
     from mr2.report.limits import allocatable_bytes, confusion_bytes, format_bytes
 
-    trials = (request.design.contenders + 1) * len(request.confirm_seeds)
+    trials = request.plan().max_confirmation_trainings()
     needed = 2 * trials * confusion_bytes(num_classes)
     free = allocatable_bytes()
     if free is not None and needed > free:
