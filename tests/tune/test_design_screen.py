@@ -265,3 +265,14 @@ def test_a_tune_with_a_screen_reports_on_the_tiers_its_verdict_used(tmp_path):
                                 for i, name in enumerate(("easy", "medium", "hard"))}
     assert advice.verdict is not None and advice.verdict.seeds[0] == 12
     assert advice.verdict.hard_classes == [k for k, t in enumerate(expected) if t == max(expected)]
+
+
+def test_the_printed_rule_says_what_a_one_seed_selection_needs():
+    from mr2.tune.design import DEFAULT_DESIGN
+    from mr2.tune.text import rule_text
+
+    assert DEFAULT_DESIGN.min_runs == 1 and Design(selection_looks=(1, 3), keep=(7,)).min_runs == 2
+    one = rule_text("hard_tier", gate="best", min_runs=DEFAULT_DESIGN.min_runs)
+    assert "fewer than 2 runs" not in one
+    assert "not eligible if it misses a selection seed, or its mean validation overall accuracy" in one
+    assert "has fewer than 2 runs, or" in rule_text("hard_tier", gate="best")

@@ -570,6 +570,12 @@ class Design:
         }
 
     @property
+    def min_runs(self) -> int:
+        """The selection runs a candidate needs to be eligible: 1 when the selection ranks on one seed
+        per candidate (a screen follows), else 2 (its own seed standard error)."""
+        return 1 if self.selection_looks is not None and self.selection_looks[-1] < 2 else 2
+
+    @property
     def selection_seeds(self) -> int:
         """The selection seeds the design uses at most (ERM needs 2 for its seed standard error)."""
         return max(2, *(self.selection_looks or (3,)))

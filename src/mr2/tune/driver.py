@@ -145,8 +145,8 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
         f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates) - 1} candidates against "
         f"ERM ({request.candidate_set}; {source.who_trains}), criterion {request.criterion}",
         "",
-        "Rule: " + textwrap.fill(rule_text(request.criterion, gate=request.design.gate), 100,
-                                 subsequent_indent="  "),
+        "Rule: " + textwrap.fill(rule_text(request.criterion, gate=request.design.gate,
+                                           min_runs=request.design.min_runs), 100, subsequent_indent="  "),
         "",
         "Design: " + textwrap.fill(design_text(request.design), 100, subsequent_indent="  "),
         "",
@@ -280,7 +280,8 @@ class _Run:
         if self.announced or choice is None:
             return
         self.announced = True
-        rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule, gate=self.request.design.gate)
+        rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule, gate=self.request.design.gate,
+                         min_runs=self.request.design.min_runs)
         self.say("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "))
         contenders = sent_on(self.request.design, self.plan.contenders)
         self.say("\n" + choice_text(choice, contenders, self.class_names))
@@ -456,7 +457,7 @@ def _finish(run: _Run) -> TuneResult:
         reason=advice.reason,
         criterion=request.criterion,
         rule=rule_text(request.criterion, tier_rule=choice.tier_rule if choice is not None else "split_half",
-                       gate=request.design.gate),
+                       gate=request.design.gate, min_runs=request.design.min_runs),
         design=request.design.to_dict(),
         candidate_set=request.candidate_set,
         source={k: v for k, v in source_record.items() if k != "base_config"},

@@ -66,11 +66,12 @@ _COLUMN = {
 
 
 def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half",
-              gate: str = "margin") -> str:
+              gate: str = "margin", min_runs: int = 2) -> str:
     """The selection's rule (:mod:`mr2.tune.selection`) in words, printed before anything runs and
     with the result. ``gate`` is the design's (:class:`mr2.tune.design.Design`): ``margin``, the best
     eligible candidate goes on only if it beats the reference by a seed standard error; ``best``, the
-    best eligible candidates go on whatever their margin (how many: the design).
+    best eligible candidates go on whatever their margin (how many: the design). ``min_runs``: the
+    runs a candidate needs (1: a design that ranks on one seed per candidate, ``Design.min_runs``).
 
     Example:
         >>> print(rule_text("overall").split(". ")[0])
@@ -94,12 +95,13 @@ def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_ha
         )
     else:
         tiers = ""
+    runs = "has fewer than 2 runs, " if min_runs >= 2 else ""
     return (
         f"{intro}{tiers}Each candidate is scored by its mean {name} over the selection seeds (± is the "
         f"standard error of that mean over the seeds). A candidate is not eligible if it misses a "
-        f"selection seed, has fewer than 2 runs, or its mean validation overall accuracy is below "
+        f"selection seed, {runs}or its mean validation overall accuracy is below "
         f"{ref}'s by more than {ref}'s seed standard error. {_gate_text(gate, ref)} Only the validation "
-        "split is read; test results are reported after the choice, on fresh seeds."
+        "split is read here; test results come from fresh seeds (the design says how they are used)."
     )
 
 
