@@ -300,8 +300,8 @@ def pool_sizes(design_name: str, design: Any) -> tuple[int, int]:
     if design_name != "default":
         _, selection, confirmation = oc_designs()[design_name]
         return int(selection), int(confirmation)
-    # ERM has at least 2 selection seeds whatever the stages (Plan: its seed SE from the first stage on).
-    return (max(2, *(design.selection_looks or (3,))), max(design.confirmation_looks or (3,)))
+    # What the design uses at most: ERM's 2 selection seeds at least; a screen's seeds and the looks after it.
+    return design.selection_seeds, design.confirmation_seeds
 
 
 def oc_designs() -> dict[str, tuple[Any, int, int]]:
