@@ -48,13 +48,13 @@ def _test_figures(gain: dict[str, float], hard: list[int], with_classes: bool = 
     return figures
 
 
-def _drive(plan: Plan, test) -> list[list[tuple[str, str, int]]]:
+def _drive(plan: Plan, test, val=_val) -> list[list[tuple[str, str, int]]]:
     rounds = []
     while requests := plan.next_round():
         rounds.append([(r.phase, r.label, r.seed) for r in requests])
         for r in requests:
             if r.phase == "selection":
-                plan.record_validation(r.label, r.seed, _val(r.label, r.seed))
+                plan.record_validation(r.label, r.seed, val(r.label, r.seed))
             else:
                 plan.record_test(r.label, r.seed, test(r.label, r.seed, plan.hard_classes))
     return rounds
@@ -186,14 +186,7 @@ def test_a_one_seed_selection_ranks_on_one_run_and_the_screen_decides():
                                      half_correct=f.half_correct, half_count=f.half_count)
         return f
 
-    rounds = []
-    while requests := plan.next_round():
-        rounds.append([(r.phase, r.label, r.seed) for r in requests])
-        for r in requests:
-            if r.phase == "selection":
-                plan.record_validation(r.label, r.seed, val(r.label, r.seed))
-            else:
-                plan.record_test(r.label, r.seed, _test_figures({"b": 0.06}, [])(r.label, r.seed, plan.hard_classes))
+    rounds = _drive(plan, _test_figures({"b": 0.06}, []), val)
     assert rounds[0] == [("selection", "erm", 5), ("selection", "a", 5), ("selection", "b", 5),
                          ("selection", "c", 5), ("selection", "erm", 6)]
     assert plan.contenders == ["b", "c"]
