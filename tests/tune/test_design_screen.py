@@ -269,3 +269,27 @@ def test_the_printed_rule_says_what_a_one_seed_selection_needs():
     assert "fewer than 2 runs" not in one
     assert "not eligible if it misses a selection seed, or its mean validation overall accuracy" in one
     assert "has fewer than 2 runs, or" in rule_text("hard_tier", gate="best")
+
+
+def test_a_contender_whose_screen_run_collapsed_is_not_the_finalist():
+    """b gains the most on the screen (not significantly), but one of its screen runs tripped the
+    collapse guard: a is the finalist (before, only a significant verdict or a collapsed selection run
+    ruled a contender out)."""
+    from dataclasses import replace
+
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    base = _test_figures({"a": 0.03, "c": -0.05}, [])
+    # b: +12 points on seed 10, nothing on seed 11 (collapsed): the largest mean, not significant
+    spiky = {10: _test_figures({"b": 0.12}, []), 11: _test_figures({"b": 0.0}, [])}
+
+    def test(label: str, seed: int, hard: list[int]) -> SeedFigures:
+        if label == "b" and seed in spiky:
+            return replace(spiky[seed](label, seed, hard), collapsed=seed == 11)
+        return base(label, seed, hard)
+
+    _drive(plan, test)
+    advice = plan.advice()
+    screen = {look.contender: look.decision for look in advice.looks if look.look == 0}
+    assert screen == {"a": FINALIST, "b": SCREENED_OUT, "c": "futility"}
+    assert advice.chosen == "a"

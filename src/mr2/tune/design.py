@@ -1203,7 +1203,9 @@ class Plan:
                                     reference_label=self.reference, chosen_label=label,
                                     alpha=self.design.alpha)
             self._verdicts[label] = verdict
-            unstable = bool(self._collapsed.get(label)) or verdict.outcome == UNSTABLE
+            # a collapsed run of its own (selection or screen); ERM's collapse is not the contender's
+            unstable = (bool(self._collapsed.get(label)) or verdict.outcome == UNSTABLE
+                        or any(f.collapsed for f in runs[label].values()))
             if (verdict.t_statistic > bound and not verdict.overall_cost and not unstable
                     and math.isfinite(verdict.mean_difference)):
                 passing.append((verdict.mean_difference, label))
