@@ -44,7 +44,11 @@ contender's sequence of test statistics is that of a new experiment; a useless c
 than ERM on the test hard tier) is adopted only if one of its looks rejects, which has probability at
 most the sum of its nominal levels, ``alpha / m`` (union bound; each look's one-sided paired t-test is
 exact under normal seed noise; dropping a contender early only removes chances), and a union over
-the ``m`` contenders gives at most ``alpha``, whatever the selection did.
+the ``m`` contenders gives at most ``alpha``, whatever the selection did. With a screen
+(:attr:`Design.screen`, the default's), the screen adopts nothing and only the finalist is tested, on
+the seeds after the screen, at the whole ``alpha``: those seeds are fresh given everything that chose
+it (the selection, the screen and the hard classes ranked on ERM's screen runs), so a useless finalist
+is adopted at most ``alpha`` of the time.
 
 :data:`DEFAULT_DESIGN`, in words (docs/benchmarks/tune-operating-characteristics.md says how it was
 chosen and what it achieves): every candidate is trained on 1 selection seed and ERM on 2; the 14
