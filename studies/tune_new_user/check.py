@@ -5,13 +5,16 @@ with mr2 installed:
 
     python check.py tunes SCENARIO N      # N tunes, each on its own seeds
     python check.py truth SCENARIO SEEDS  # each candidate's true change, from many seeds
+    python check.py classtruth SCENARIO SEEDS  # the same per class and seed (any tune's hard classes)
     python check.py summary               # the table, per scenario
 SCENARIO: null (every candidate trains as ERM, on its own random stream), balanced (the data as it
 is, the real candidates), longtailN (classes 5-9 keep N training images each, the real candidates).
 Results append to results-SCENARIO.jsonl / truth-SCENARIO.json in $TUNE_CHECK_OUT (default: beside
 this file; resumable); tune folders go to runs-SCENARIO/ there. Tune r uses selection seeds
-1000 + 20 r .. + 2 and confirmation seeds 1003 + 20 r .. + 11 (the design's pools); truth uses seeds
-5000 and up, which no tune uses. The hard classes of the truth are ERM's 3 worst on validation, mean
+1000 + 20 r, + 1 and confirmation seeds 1002 + 20 r .. + 15 (the pools of the default screen design,
+issue 44: 2 + 14; the racing design's results, -racing.jsonl, used 1000 + 20 r .. + 2 and
+1003 + 20 r .. + 11, its 3 + 9); truth uses seeds 5000 and up, which no tune uses (r < 200). The
+hard classes of the truth are ERM's 3 worst on validation, mean
 over the truth's seeds."""
 import io, json, os, sys, time
 from pathlib import Path
@@ -36,8 +39,8 @@ def tunes(n):
         base = 1000 + 20 * r
         t = time.time()
         log = io.StringIO()
-        res = mr2.tune.tune(d.train_fn, num_classes=10, seeds=[base, base + 1, base + 2],
-                            confirm_seeds=list(range(base + 3, base + 12)),
+        res = mr2.tune.tune(d.train_fn, num_classes=10, seeds=[base, base + 1],
+                            confirm_seeds=list(range(base + 2, base + 16)),
                             output_dir=HERE / f"runs-{scenario}", name=f"tune{r}", stream=log)
         rec = res.record.to_dict()
         row = {"tune": r, "adopt": res.adopt, "use": res.advice.use, "chosen": res.advice.chosen,
@@ -73,6 +76,23 @@ def truth(nseeds):
         print(lab, res[lab], flush=True)
     (HERE / f"truth-{scenario}.json").write_text(json.dumps(res, indent=1))
 
+def class_truth(nseeds):
+    """Each candidate's per-seed change of every class's test accuracy against ERM (points, paired by
+    seed, the truth's seeds 5000 and up): truth-classes-SCENARIO.json, to judge an adoption on the
+    hard classes of the tune that made it (they differ from tune to tune)."""
+    req = mr2.tune.make_request(num_classes=10, output_dir=HERE / "tmp", name="truth")
+    acc = {}
+    for c in req.candidates:
+        rows = []
+        for s in range(5000, 5000 + nseeds):
+            p = d.train_fn(c, s)
+            y, pred = p.test["y_true"], p.test["logits"].argmax(1)
+            rows.append([(pred[y == k] == k).float().mean().item() for k in range(10)])
+        acc[c.label] = np.array(rows)  # seeds x K
+    res = {lab: np.round((a - acc["erm"]) * 100, 4).tolist() for lab, a in acc.items()}
+    (HERE / f"truth-classes-{scenario}.json").write_text(json.dumps({"seeds": nseeds, "change": res}))
+
+
 def summary():
     from scipy.stats import binomtest
     print("| scenario | tunes | ADOPT (95% CI) | adopted: configuration (true hard-tier change, pts ± SE) | "
@@ -81,7 +101,8 @@ def summary():
     for path in sorted(HERE.glob("results-*.jsonl")):
         name = path.stem.removeprefix("results-")
         rows = [json.loads(line) for line in path.read_text().splitlines()]
-        truth_file = HERE / f"truth-{name.removesuffix('-old')}.json"  # -old: before commit 88b80ce
+        # -racing: the old design (before 94ce0ed); -old: before commit 88b80ce
+        truth_file = HERE / f"truth-{name.split('-')[0]}.json"
         truth = json.loads(truth_file.read_text()) if truth_file.exists() else {}
         adopted = [r["use"] for r in rows if r["adopt"]]
         ci = binomtest(len(adopted), len(rows)).proportion_ci(0.95, method="exact")
@@ -99,4 +120,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "summary":
         summary()
     else:
-        {"tunes": tunes, "truth": truth}[sys.argv[1]](int(sys.argv[3]))
+        {"tunes": tunes, "truth": truth, "classtruth": class_truth}[sys.argv[1]](int(sys.argv[3]))
