@@ -293,3 +293,38 @@ def test_a_contender_whose_screen_run_collapsed_is_not_the_finalist():
     screen = {look.contender: look.decision for look in advice.looks if look.look == 0}
     assert screen == {"a": FINALIST, "b": SCREENED_OUT, "c": "futility"}
     assert advice.chosen == "a"
+
+
+def test_a_contender_with_an_overall_cost_at_the_screen_is_screened_out_and_says_why():
+    """b gains the most on the hard tier but costs overall accuracy on the screen's seeds: not the
+    finalist, and its reason says so; when every contender above the bound costs overall accuracy,
+    there is no finalist and the advice names each one's reason (it said 'futility' before)."""
+    from dataclasses import replace
+
+    from mr2.tune.text import what_happened
+
+    def costly(gain: dict[str, float], cost: set[str]):
+        base = _test_figures(gain, [])
+
+        def test(label: str, seed: int, hard: list[int]) -> SeedFigures:
+            figures = base(label, seed, hard)
+            return replace(figures, overall=figures.overall - 0.1) if label in cost else figures
+        return test
+
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=0.5)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    _drive(plan, costly({"a": 0.03, "b": 0.06, "c": -0.05}, {"b"}))
+    advice = plan.advice()
+    assert advice.chosen == "a"
+    assert advice.ruled_out["b"] == ("screened out: overall accuracy below ERM's by more than ERM's seed SE "
+                                     "on the screen's 2 fresh seeds")
+
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    rounds = _drive(plan, costly({"a": 0.03, "b": 0.06, "c": -0.05}, {"a", "b"}))
+    advice = plan.advice()
+    assert len(rounds) == 2 and not advice.adopt
+    kind, sentence = what_happened(advice)
+    assert kind == "futility"
+    assert sentence.startswith("No finalist at the screen (2 fresh seeds), so nothing went on to be tested: a: "
+                               "screened out: overall accuracy below")
+    assert "c: futility at the screen (2 fresh seeds)" in sentence

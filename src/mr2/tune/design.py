@@ -1202,6 +1202,7 @@ class Plan:
         bound = 0.0 if self.design.futility is None else self.design.futility
         passing: list[tuple[float, str]] = []
         order = {label: i for i, label in enumerate(self.labels)}
+        why: dict[str, str] = {}  # why a contender above the bound cannot be the finalist
         for label in list(self._active):
             verdict = judge_figures(reference, runs[label], hard_classes=self.hard_classes,
                                     reference_label=self.reference, chosen_label=label,
@@ -1210,24 +1211,30 @@ class Plan:
             # a collapsed run of its own (selection or screen); ERM's collapse is not the contender's
             unstable = (bool(self._collapsed.get(label)) or verdict.outcome == UNSTABLE
                         or any(f.collapsed for f in runs[label].values()))
-            if (verdict.t_statistic > bound and not verdict.overall_cost and not unstable
-                    and math.isfinite(verdict.mean_difference)):
+            if verdict.t_statistic > bound and verdict.overall_cost:
+                why[label] = "overall accuracy below ERM's by more than ERM's seed SE"
+            elif verdict.t_statistic > bound and unstable:
+                why[label] = "a run tripped the feature-collapse guard"
+            elif verdict.t_statistic > bound and math.isfinite(verdict.mean_difference):
                 passing.append((verdict.mean_difference, label))
+            elif verdict.t_statistic > bound:
+                why[label] = "no finite hard-tier change"
         finalist = max(passing, key=lambda item: (item[0], -order[item[1]]))[1] if passing else None
         for label in list(self._active):
             verdict = self._verdicts[label]
-            decision = FINALIST if label == finalist else (SCREENED_OUT if passing else FUTILITY)
-            if label != finalist and verdict.t_statistic <= bound:
-                decision = FUTILITY
+            decision = (FINALIST if label == finalist
+                        else FUTILITY if not verdict.t_statistic > bound else SCREENED_OUT)
             self._looks_done.append(Look(label, 0, verdict.seeds, verdict.mean_difference,
                                          verdict.t_statistic, verdict.p_greater, 0.0,
                                          verdict.overall_cost, decision))
             if label != finalist:
                 self._active.remove(label)
+                seeds = len(verdict.seeds)
                 self._ruled_out[label] = (
-                    f"futility at the screen ({len(verdict.seeds)} fresh seeds)" if decision == FUTILITY else
-                    f"screened out: {finalist} changed the test hard tier more on the screen's "
-                    f"{len(verdict.seeds)} fresh seeds")
+                    f"futility at the screen ({seeds} fresh seeds)" if decision == FUTILITY
+                    else f"screened out: {why[label]} on the screen's {seeds} fresh seeds" if label in why
+                    else f"screened out: {finalist} changed the test hard tier more on the screen's "
+                         f"{seeds} fresh seeds")
         self._screening = False
         self._offset = self._screen_size
         self._finalist = finalist

@@ -480,6 +480,12 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
         return "contradicted", sentence
     futile = [label for label, look in last.items() if look.decision == "futility"]
     reached = [label for label, look in last.items() if look.decision not in ("futility", "screened_out")]
+    screened = [label for label, look in last.items() if look.decision == "screened_out"]
+    if advice.screen_seeds and screened and not reached:  # no finalist: each one's reason
+        reasons = "; ".join(f"{label}: {advice.ruled_out[label]}" for label in [*screened, *futile]
+                            if label in advice.ruled_out)
+        return "futility", (f"No finalist at the screen ({len(advice.screen_seeds)} fresh seeds), so "
+                            f"nothing went on to be tested: {reasons}.")
     if futile and not reached and advice.screen_seeds and all(last[label].look == 0 for label in futile):
         changes = ", ".join(f"{label} {_points(last[label].mean_difference)}" for label in futile)
         floor = 0 if advice.design.futility is None else advice.design.futility
@@ -508,7 +514,6 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
                                     verdict.p_greater, verdict.alpha)
     else:
         return "no_gain", "No gain could be shown on fresh seeds."
-    screened = [label for label, look in last.items() if look.decision == "screened_out"]
     others = (f" ({_join(futile)} stopped for futility at "
               f"{_looks_text([last[c].look + 1 for c in futile])})" if futile else "")
     if advice.screen_seeds and (futile or screened):
