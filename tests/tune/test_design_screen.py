@@ -328,3 +328,22 @@ def test_a_contender_with_an_overall_cost_at_the_screen_is_screened_out_and_says
     assert sentence.startswith("No finalist at the screen (2 fresh seeds), so nothing went on to be tested: a: "
                                "screened out: overall accuracy below")
     assert "c: futility at the screen (2 fresh seeds)" in sentence
+
+
+def test_the_searched_design_that_won_is_the_default():
+    """benchmarks/tune_design_search.py's winner by the stated rule is exactly DEFAULT_DESIGN, and the
+    OC benchmark's SCREEN_DESIGN too (the confirmation ran that one)."""
+    import sys
+    from pathlib import Path
+
+    from helpers import load_script
+    from mr2.tune.design import DEFAULT_DESIGN
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    try:
+        search = load_script(root / "tune_design_search.py", "tune_design_search_under_test")
+        assert search.designs()["s1k-scr2-m14-L3,6,9,12"] == DEFAULT_DESIGN == search.OC.SCREEN_DESIGN
+        assert search.designs()["racing"] == search.OC.RACING_DESIGN != DEFAULT_DESIGN
+    finally:
+        sys.modules.pop("tune_design_search_under_test", None)
+        sys.modules.pop("tune_oc_search", None)
