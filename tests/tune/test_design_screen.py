@@ -347,3 +347,16 @@ def test_the_searched_design_that_won_is_the_default():
     finally:
         sys.modules.pop("tune_design_search_under_test", None)
         sys.modules.pop("tune_oc_search", None)
+
+
+def test_a_finalist_worse_on_its_fresh_seeds_is_contradicted():
+    """The reason speaks of the finalist (b, second on validation), not of the validation's first
+    contender, which the screen dropped (before: 'inconclusive', from a's screen verdict)."""
+    design = Design(selection_looks=(2,), contenders=3, screen=2, confirmation_looks=(3, 6), futility=None)
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=design)
+    screen = _test_figures({"a": 0.02, "b": 0.06, "c": -0.05}, [])
+    after = _test_figures({"b": -0.05}, [])
+    _drive(plan, lambda label, seed, hard: (screen if seed < 12 else after)(label, seed, hard))
+    advice = plan.advice()
+    assert plan.contenders[0] == "a" and advice.chosen == "b"
+    assert (advice.adopt, advice.reason) == (False, "contradicted")

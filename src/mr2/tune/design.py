@@ -1280,7 +1280,8 @@ class Plan:
             return UNSTABLE_REASON
         if any(d == OVERALL_COST for d in decisions.values()):
             return OVERALL_COST
-        best = self._contenders[0] if self._contenders else None
+        # after a screen, the finalist is the contender the advice speaks of
+        best = self._finalist or (self._contenders[0] if self._contenders else None)
         verdict = self._verdicts.get(best) if best in decisions else None
         if verdict is not None and verdict.p_less < self.design.alpha:  # the best contender is worse
             return CONTRADICTED
