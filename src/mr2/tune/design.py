@@ -779,7 +779,6 @@ class Plan:
         self._screening = False  # the screen's round is the current one
         self._offset = 0  # confirmation seeds before the finalist's (the screen's, once it ran)
         self._finalist: str | None = None
-        self._screen_hard: list[int] | None = None  # the hard classes ranked on ERM's screen runs
         self._screen_tiers: list[int] | None = None  # every class's tier, likewise
         self._screen_accuracy: list[float] | None = None  # ERM's mean per-class test accuracy there
         self._levels: list[float] = []
@@ -816,8 +815,8 @@ class Plan:
         """The hard classes the next test figures are scored on: the selection's
         (:attr:`Choice.hard_classes`, fixed at its end; [] before), or after a screen with
         ``screen_tiers`` those ranked on ERM's test runs of the screen."""
-        if self._screen_hard is not None:
-            return list(self._screen_hard)
+        if self._screen_tiers is not None:  # the hard tier of the tiers ranked on ERM's screen runs
+            return [k for k, t in enumerate(self._screen_tiers) if t == max(self._screen_tiers)]
         return [] if self._choice is None else self._choice.hard_classes
 
     @property
@@ -929,7 +928,7 @@ class Plan:
             ruled_out=dict(self._ruled_out),
             design=self.design,
             screen_seeds=list(self.confirmation_seeds[:self._offset]),
-            screen_tiers=self._screen_hard is not None,
+            screen_tiers=self._screen_tiers is not None,
         )
 
     def max_trainings(self) -> int:
@@ -1195,7 +1194,6 @@ class Plan:
         runs = {label: self._test[label] for label in self._active}
         hard = self._screen_classes()
         if hard is not None:
-            self._screen_hard = hard
             reference = {s: rescored(f, hard) for s, f in reference.items()}
             runs = {label: {s: rescored(f, hard) for s, f in figures.items()}
                     for label, figures in runs.items()}
