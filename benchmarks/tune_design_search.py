@@ -54,6 +54,12 @@ GRID: list[tuple[tuple[int, ...], int | None, int, int, tuple[int, ...], dict[st
     ((1,), None, 2, 14, (3, 6, 9, 12), {}), ((1,), None, 2, 16, (3, 6, 9, 12), {}),
     ((1,), None, 2, 16, (4, 8, 12), {}), ((1,), None, 2, 14, (3, 6, 9), {}),
     ((1,), None, 2, 16, (3, 6, 9), {}),
+    # Issue 44, part 3: levels with the futility stop counted on (boundaries="binding").
+    ((1,), None, 2, 14, (3, 6, 9, 12), {"boundaries": "binding"}),
+    ((1,), None, 2, 14, (3, 6, 9, 12), {"boundaries": "binding", "futility": 0.0}),
+    ((1,), None, 2, 14, (3, 6, 9, 12), {"boundaries": "binding", "futility": 1.0}),
+    ((1,), None, 2, 14, (3, 6, 9, 12), {"boundaries": "binding", "spending": "pocock"}),
+    ((1,), None, 2, 16, (3, 6, 9, 12), {"boundaries": "binding"}),
 ]
 
 
