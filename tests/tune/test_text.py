@@ -112,9 +112,9 @@ def test_the_validation_size_is_named_and_a_small_one_warned(per_class, half, wa
 def test_the_size_is_unknown_without_per_sample_figures():
     runs = {label: [ValidationFigures(f"{label}@{s}", s, 0.8, (0.9, 0.8, 0.7)) for s in (0, 1)]
             for label in ("erm", "m")}
-    text = choice_text(choose(runs))
-    assert "Validation size per class: unknown" in text and "WARNING" not in text
-    assert "ranked and scored on the same validation samples" in text
+    text = choice_text(choose(runs, "worst_class"))
+    assert "Validation size per class: unknown (per-class figures only)." in text and "WARNING" not in text
+    assert "Hard tier:" not in text
 
 
 def _first_use_explained(text: str) -> None:

@@ -17,7 +17,6 @@ from mr2.tune.selection import (
     TOO_FEW_REFERENCE_SEEDS,
     UNEXPECTED_SEED,
     UNKNOWN_CRITERION,
-    UNKNOWN_TIER_RULE,
     TuneSelectionError,
     ValidationFigures,
     choose,
@@ -25,13 +24,22 @@ from mr2.tune.selection import (
 )
 from mr2.tune.text import choice_explanation
 
+#: Samples of each class in each half of :func:`_figures`.
+N_HALF = 1000
+
 
 def _figures(label: str, seed: int, per_class: list[float]) -> ValidationFigures:
-    return ValidationFigures(f"{label}__seed={seed}", seed, float(np.mean(per_class)), tuple(per_class))
+    """A run with these per-class accuracies (on the lattice of N_HALF samples) on both halves: the
+    split-half hard tier is then the hard tier ranked and scored on all samples, :func:`_oracle`'s."""
+    correct = tuple(round(a * N_HALF) for a in per_class)
+    accuracy = tuple(c / N_HALF for c in correct)
+    return ValidationFigures(f"{label}__seed={seed}", seed, float(np.mean(accuracy)), accuracy,
+                             half_correct=(correct, correct), half_count=((N_HALF,) * len(correct),) * 2)
 
 
 def _oracle(runs: dict[str, list[ValidationFigures]], criterion: str) -> tuple[str, float, float]:
-    """The rule written out with loops: (recommended, margin, threshold)."""
+    """The rule written out with loops, the hard tier ranked and scored on all of the runs' per-class
+    accuracies: (recommended, margin, threshold)."""
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
@@ -366,44 +374,35 @@ def test_a_seed_twice_and_unknown_options_are_refused():
     with pytest.raises(TuneSelectionError) as error:
         choose({"erm": erm}, "best")
     assert str(error.value) == UNKNOWN_CRITERION.format(value="best", choices="hard_tier, worst_class, overall")
-    with pytest.raises(TuneSelectionError) as error:
-        choose({"erm": erm}, tiers="halves")
-    assert str(error.value) == UNKNOWN_TIER_RULE.format(value="halves", choices="split_half, same_samples")
-    per_class = {"erm": [_figures("erm", s, [0.9, 0.8, 0.5]) for s in (0, 1)]}
-    with pytest.raises(TuneSelectionError) as error:
-        choose(per_class, tiers="split_half")
-    assert str(error.value) == NO_PER_SAMPLE_FIGURES.format(run="erm__seed=0")
-    assert choose(per_class).tier_rule == "same_samples"  # figures without samples: the previous rule
 
-
-def test_the_old_rule_stays_callable_on_per_sample_figures():
-    """tiers="same_samples" on per-sample figures is the previous rule on their per-class accuracies."""
-    rng = np.random.default_rng(5)
-    y_true = np.repeat(np.arange(6), 20)
-    rates = {label: rng.uniform(0.4, 0.95, size=6) for label in ("erm", "a", "b")}
-    runs = _per_sample_runs(rng, {label: [0, 1, 2] for label in rates}, y_true, rates, 6)
-    old = choose(runs, tiers="same_samples")
-    per_class = {label: [ValidationFigures(f.run, f.seed, f.overall_accuracy, f.per_class_accuracy)
-                         for f in group] for label, group in runs.items()}
-    recommended, margin, threshold = _oracle(per_class, "hard_tier")
-    assert old.tier_rule == "same_samples" and old.recommended == recommended
-    assert old.margin == pytest.approx(margin, rel=1e-12) and old.threshold == pytest.approx(threshold, rel=1e-12)
-    assert old.samples_per_class == (20, 20.0)  # all samples score under the same-samples rule
+def test_figures_without_per_sample_counts_are_compared_on_every_criterion_but_the_hard_tier():
+    """Per-class accuracies only: the split-half hard tier cannot be ranked (no fallback to ranking and
+    scoring on the same samples); worst_class and overall compare them, their size unknown."""
+    erm = [ValidationFigures(f"erm@{s}", s, 0.7, (0.9, 0.8, 0.5 + 0.02 * s)) for s in (0, 1)]
+    runs = {"erm": erm, "m": [ValidationFigures(f"m@{s}", s, 0.7, (0.9, 0.8, 0.6 + 0.02 * s)) for s in (0, 1)]}
+    with pytest.raises(TuneSelectionError) as error:
+        choose(runs)
+    assert str(error.value) == NO_PER_SAMPLE_FIGURES.format(run="erm@0")
+    choice = choose(runs, "worst_class")
+    assert (choice.recommended, choice.tier_rule, choice.samples_per_class) == ("m", "", None)
+    assert choice.margin == pytest.approx(0.1, rel=1e-12) and choice.threshold == pytest.approx(0.01, rel=1e-12)
 
 
 def _null_rates(rule_runs: int, per_class: int, seed: int) -> tuple[float, float]:
-    """How often each rule recommends ERM when every candidate has ERM's per-class accuracies."""
+    """How often each rule recommends ERM when every candidate has ERM's per-class accuracies: the
+    previous rule (the hard tier ranked and scored on the same samples, :func:`_oracle`) and ``choose``'s
+    split-half rule."""
     rng = np.random.default_rng(seed)
     num_classes = 10
     rates = np.linspace(0.55, 0.95, num_classes)
     y_true = np.repeat(np.arange(num_classes), per_class)
-    kept = {"same_samples": 0, "split_half": 0}
+    same_samples = split_half = 0
     for _ in range(rule_runs):
         runs = _per_sample_runs(rng, {label: [0, 1, 2] for label in ("erm", "a", "b", "c")}, y_true,
                                 dict.fromkeys(("erm", "a", "b", "c"), rates), num_classes)
-        for rule in kept:
-            kept[rule] += choose(runs, tiers=rule, seeds=[0, 1, 2]).is_reference
-    return kept["same_samples"] / rule_runs, kept["split_half"] / rule_runs
+        same_samples += _oracle(runs, "hard_tier")[0] == "erm"
+        split_half += choose(runs, seeds=[0, 1, 2]).is_reference
+    return same_samples / rule_runs, split_half / rule_runs
 
 
 def test_with_candidates_equal_to_erm_the_split_rule_keeps_erm_at_least_as_often():

@@ -38,8 +38,9 @@ What remains: the same ERM models rank and are scored, so a seed-level weakness 
 (the same on both halves) still favours the candidates slightly; the standard-error margin of step 5
 scales with exactly that seed-to-seed spread. A simulation where every candidate has ERM's per-class
 accuracies (``tests/tune/test_tune_selection.py``: 10 classes, ERM and 3 candidates, 3 seeds, 20
-validation samples per class, 400 repetitions, seed 0) keeps ERM 40.8 % of the time under the
-previous rule and 54.0 % under the split-half rule. What the split does not address is multiplicity:
+validation samples per class, 400 repetitions, seed 0) keeps ERM 40.8 % of the time when the hard
+tier is ranked and scored on the same samples (the previous rule, written out in that test) and
+54.0 % under the split-half rule. What the split does not address is multiplicity:
 the best of several candidates equal to ERM beats ERM by more than one ERM seed standard error about
 half the time (the margin is a difference of two means, whose standard error is about ``sqrt(2)``
 times ERM's, maximised over the candidates). The fresh-seed confirmation's verdict
@@ -48,12 +49,10 @@ times ERM's, maximised over the candidates). The fresh-seed confirmation's verdi
 ``worst_class`` scores a run by its lowest validation per-class accuracy and ``overall`` by its
 validation overall accuracy, both on all validation samples: neither ranks classes by ERM, so there
 are no tiers to split (steps 3-5 as above; under ``overall``, step 4's guard excludes nothing that
-could win). The tiers recorded for the confirmation (:attr:`Choice.tiers`) are ranked on ERM's mean
-per-class accuracy over ALL its validation samples: independent of the test split they are used on.
-
-The previous rule ranked and scored on the same samples (``tiers="same_samples"``); it is kept for
-the comparison and for runs recorded with per-class accuracies only (an older ``final.json`` holds no
-per-sample predictions), and :attr:`Choice.tier_rule` says which one was applied.
+could win), and figures without per-sample counts (per-class accuracies only) can be compared; the
+split-half hard tier needs the per-sample counts. The tiers recorded for the confirmation
+(:attr:`Choice.tiers`) are ranked on ERM's mean per-class accuracy over ALL its validation samples:
+independent of the test split they are used on.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -74,8 +73,8 @@ from mr2.report.tiers import assign_tiers
 __all__ = [
     "CRITERIA",
     "MIN_SAMPLES_PER_CLASS",
+    "SPLIT_HALF",
     "SPLIT_SEED",
-    "TIER_RULES",
     "CandidateScore",
     "Choice",
     "TuneSelectionError",
@@ -87,10 +86,9 @@ __all__ = [
 
 #: What a candidate can be chosen by.
 CRITERIA = ("hard_tier", "worst_class", "overall")
-#: How the hard tier is ranked: on half of the validation samples and scored on the other half
-#: (cross-fitted), or ranked and scored on the same samples (the previous rule).
-TIER_RULES = ("split_half", "same_samples")
-TierRule = Literal["split_half", "same_samples"]
+#: How the hard tier is ranked (recorded as :attr:`Choice.tier_rule`): on half of the validation
+#: samples, and scored on the other half (cross-fitted).
+SPLIT_HALF = "split_half"
 #: The seed of the fixed within-class permutation that splits the validation samples in halves.
 SPLIT_SEED = 20_231_123
 #: Below this many validation samples per class in a scoring half (median over classes), the text
@@ -103,14 +101,13 @@ TOO_FEW_REFERENCE_SEEDS = (
 )
 _CLASS_COUNT_MISMATCH = "run {run} has {actual} classes on validation, ERM's runs have {expected}"
 UNKNOWN_CRITERION = "unknown criterion {value!r}; choose one of: {choices}"
-UNKNOWN_TIER_RULE = "unknown tier rule {value!r}; choose one of: {choices}"
 LABELS_DIFFER = (
     "run {run}'s validation labels (y_true) differ from run {first}'s; every trial of a tune must "
     "predict the same validation samples in the same order"
 )
 NO_PER_SAMPLE_FIGURES = (
-    "run {run} has per-class validation accuracies only; the split-half tiers need its per-sample "
-    "validation predictions (ValidationFigures.from_predictions)"
+    "run {run} has per-class validation accuracies only; the split-half tiers of criterion hard_tier "
+    "need its per-sample validation predictions (ValidationFigures.from_predictions)"
 )
 UNEXPECTED_SEED = "run {run} has seed {seed}, not one of the selection seeds {seeds}"
 DUPLICATE_SEED = "candidate {label!r} has two runs with seed {seed} ({runs}); each seed once"
@@ -319,12 +316,12 @@ class Choice:
         best: the best eligible non-reference candidate (None if there is none).
         margin: how much the best one's score beats ERM's (NaN without one).
         threshold: what it had to beat (ERM's seed standard error of the score).
-        tier_rule: ``split_half`` or ``same_samples`` (see the module docstring); "" unless
-            ``hard_tier``.
+        tier_rule: :data:`SPLIT_HALF` under ``hard_tier`` (the module docstring), "" under the other
+            criteria.
         split_tiers: ``[tiers ranked on half A, tiers ranked on half B]`` (split-half rule only).
         samples_per_class: ``(min, median)`` over classes of the validation samples of a class in a
-            scoring half (``floor(n_k / 2)``; all ``n_k`` under the other criteria and rules); None
-            when unknown (figures without per-sample counts).
+            scoring half (``floor(n_k / 2)``; all ``n_k`` under the other criteria); None when unknown
+            (figures without per-sample counts).
         seeds: the selection seeds the candidates were checked against (None: not given).
     """
 
@@ -430,7 +427,6 @@ def choose(
     reference: str = "erm",
     *,
     seeds: Sequence[int] | None = None,
-    tiers: TierRule | None = None,
     min_runs: int = 2,
 ) -> Choice:
     """Apply the rule (module docstring) to every candidate's validation figures.
@@ -442,8 +438,6 @@ def choose(
         reference: the label of ERM.
         seeds: the selection seeds; a candidate without a run for each is not eligible, a run of
             another seed is an error.
-        tiers: one of :data:`TIER_RULES`; None: ``split_half`` when every run has per-sample
-            figures, else ``same_samples`` (recorded in :attr:`Choice.tier_rule`).
         min_runs: the runs a candidate needs to be eligible (2: its own seed standard error; 1 for
             a design whose selection ranks on one seed per candidate and leaves the evidence to the
             confirmation; the reference always needs 2).
@@ -451,24 +445,21 @@ def choose(
     Raises:
         TuneSelectionError: fewer than 2 finished reference runs, runs of different class counts or
             validation labels, a seed twice in one candidate or not among ``seeds``, an unknown
-            criterion or tier rule, or
-            ``tiers="split_half"`` on figures without per-sample counts.
+            criterion, or criterion ``hard_tier`` on figures without per-sample counts.
 
     Example:
         >>> def run(name, seed, per_class):
         ...     return ValidationFigures(name, seed, sum(per_class) / 3, tuple(per_class))
         >>> runs = {"erm": [run("e0", 0, (0.9, 0.8, 0.5)), run("e1", 1, (0.9, 0.8, 0.52))],
         ...         "mr2": [run("m0", 0, (0.9, 0.79, 0.6)), run("m1", 1, (0.88, 0.8, 0.62))]}
-        >>> choice = choose(runs)
+        >>> choice = choose(runs, "worst_class")
         >>> choice.recommended, choice.tier_rule, choice.tiers, round(choice.margin, 3)
-        ('mr2', 'same_samples', [0, 1, 2], 0.1)
-        >>> choose(runs, seeds=[0, 1, 2]).score("mr2").missing_seeds
+        ('mr2', '', [0, 1, 2], 0.1)
+        >>> choose(runs, "worst_class", seeds=[0, 1, 2]).score("mr2").missing_seeds
         [2]
     """
     if criterion not in CRITERIA:
         raise TuneSelectionError(UNKNOWN_CRITERION.format(value=criterion, choices=", ".join(CRITERIA)))
-    if tiers is not None and tiers not in TIER_RULES:
-        raise TuneSelectionError(UNKNOWN_TIER_RULE.format(value=tiers, choices=", ".join(TIER_RULES)))
     _check(runs, reference)
     if seeds is not None:
         stray = next((f for group in runs.values() for f in group if f.seed not in set(seeds)), None)
@@ -477,12 +468,11 @@ def choose(
                                                             seeds=list(seeds)))
     everything = [f for group in runs.values() for f in group]
     without = next((f for f in everything if not f.has_samples), None)
-    if tiers == "split_half" and without is not None:
+    split = criterion == "hard_tier"
+    if split and without is not None:
         raise TuneSelectionError(NO_PER_SAMPLE_FIGURES.format(run=without.run))
-    rule = tiers or ("split_half" if without is None else "same_samples")
     erm = list(runs[reference])
 
-    split = criterion == "hard_tier" and rule == "split_half"
     samples: tuple[int, float] | None = None
     if without is None:
         count = np.asarray(erm[0].half_count, dtype=np.int64)  # [2, K], the same for every run
@@ -490,11 +480,10 @@ def choose(
         samples = (int(per_class.min()), float(np.median(per_class)))
 
     given = None if seeds is None else [int(s) for s in seeds]
-    # The tiers on all of ERM's validation samples: the hard tier of the previous rule, and of the
-    # confirmation's test figures under every criterion.
+    # The tiers on all of ERM's validation samples: the hard tier of the confirmation's test figures
+    # under every criterion.
     per_class_erm = np.array([f.per_class_accuracy for f in erm], dtype=np.float64).T  # [K, R]
     full_tiers = _tiers(_masked_mean(per_class_erm, np.ones(per_class_erm.shape, dtype=bool)))
-    hard_full = _hard(full_tiers)
     split_tiers: list[list[int]] = []
     if split:
         # erm_half[h, k]: ERM's mean accuracy of class k on half h; the NaN pattern is the same for
@@ -514,9 +503,6 @@ def choose(
             with np.errstate(all="ignore"):
                 worst = np.where(np.isnan(per_class), np.inf, per_class).min(-1)
             return [math.nan if math.isinf(v) else float(v) for v in worst]
-        if not split:
-            per_class = np.array([f.per_class_accuracy for f in group], dtype=np.float64)
-            return [float(v) for v in _masked_mean(per_class, hard_full[None, :])]
         half = np.stack([f.half_accuracy() for f in group])  # [R, 2, K]
         # Ranked on A, scored on B; ranked on B, scored on A.
         directions = np.stack([_masked_mean(half[:, 1], hard_by_half[0][None, :]),
@@ -547,7 +533,7 @@ def choose(
             score.reason = _OVERALL_COST
         score.eligible = not score.reason
     choice = Choice(criterion, reference, reference, scores, tiers=[int(t) for t in full_tiers],
-                    threshold=erm_score.se, tier_rule=rule if criterion == "hard_tier" else "",
+                    threshold=erm_score.se, tier_rule=SPLIT_HALF if split else "",
                     split_tiers=split_tiers, samples_per_class=samples, seeds=given)
     return decide(choice, erm_score)
 
