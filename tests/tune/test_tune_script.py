@@ -20,7 +20,6 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from mr2.tune.errors import TuneInputError
 from mr2.tune.script import (
     FLAG_TAKEN,
-    LABEL_OUT_OF_RANGE,
     LABELS_NOT_IDS,
     LOADER_EMPTY,
     LOADER_SHUFFLES,
@@ -29,13 +28,13 @@ from mr2.tune.script import (
     OUT_IS_FILE,
     OUT_NOT_DIRECTORY,
     OUTPUT_NOT_LOGITS,
+    PREDICTIONS_REFUSED,
     QUOTED_HINT,
     ROWS_DIFFER,
     SPLIT_EMPTY,
     SPLIT_FRACTION,
     SPLIT_SIZE,
     WIDTH_CHANGES,
-    WRONG_WIDTH,
     add_trial_arguments,
     fixed_split,
     write_predictions,
@@ -206,17 +205,19 @@ def test_write_predictions_refuses_each_bad_input_with_one_line(tmp_path):
     inputs_only = DataLoader(_Pairs([torch.randn(5) for _ in range(4)]), batch_size=2)
     assert _refused(tmp_path, model, inputs_only) == NOT_PAIRS.format(split="val", index=0, kind="a Tensor")
     float_labels = DataLoader(TensorDataset(torch.randn(4, 5), torch.tensor([0.0, 1.0, 2.0, 1.0])), batch_size=2)
-    assert _refused(tmp_path, model, good, float_labels) == LABELS_NOT_IDS.format(
-        split="test", index=0, problem="dtype torch.float32")
+    assert _refused(tmp_path, model, good, float_labels) == PREDICTIONS_REFUSED.format(
+        split="test", problem="y_true must hold integer class ids; got dtype float32")
     one_hot = DataLoader(TensorDataset(torch.randn(4, 5), torch.eye(3, dtype=torch.int64)[[0, 1, 2, 1]]), batch_size=4)
     assert _refused(tmp_path, model, one_hot) == LABELS_NOT_IDS.format(
         split="val", index=0, problem="shape [4, 3] (one-hot? give the class ids)")
-    assert _refused(tmp_path, TwoOutputs(width=4), good, num_classes=3) == WRONG_WIDTH.format(
-        width=4, split="val", index=0, num_classes=3)
+    assert _refused(tmp_path, TwoOutputs(width=4), good, num_classes=3) == PREDICTIONS_REFUSED.format(
+        split="val", problem="logits have 4 columns but num_classes is 3 (wrong K: one column per class)")
     too_high = DataLoader(TensorDataset(torch.randn(4, 5), torch.tensor([0, 1, 2, 3])), batch_size=4)
-    assert _refused(tmp_path, model, good, too_high) == LABEL_OUT_OF_RANGE.format(split="test", value=3, width=3)
+    assert _refused(tmp_path, model, good, too_high) == PREDICTIONS_REFUSED.format(
+        split="test", problem="y_true holds class ids from 0 to 3, outside [0, 3) (wrong K?)")
     negative = DataLoader(TensorDataset(torch.randn(4, 5), torch.tensor([0, -1, 2, 1])), batch_size=4)
-    assert _refused(tmp_path, model, negative) == LABEL_OUT_OF_RANGE.format(split="val", value=-1, width=3)
+    assert _refused(tmp_path, model, negative) == PREDICTIONS_REFUSED.format(
+        split="val", problem="y_true holds class ids from -1 to 2, outside [0, 3) (wrong K?)")
 
     class Growing(nn.Module):
         def forward(self, x):
@@ -229,7 +230,7 @@ def test_write_predictions_refuses_each_bad_input_with_one_line(tmp_path):
         def forward(self, x):
             return torch.full((len(x), 3), math.nan)
 
-    assert _refused(tmp_path, Diverged(), good) == NOT_FINITE.format(split="val", index=0)
+    assert _refused(tmp_path, Diverged(), good) == NOT_FINITE.format(split="val")
 
     class OneRow(nn.Module):
         def forward(self, x):
@@ -243,6 +244,43 @@ def test_write_predictions_refuses_each_bad_input_with_one_line(tmp_path):
 
     assert _refused(tmp_path, ClassIds(), good) == OUTPUT_NOT_LOGITS.format(
         kind="a tensor of shape [4] and dtype torch.int64", split="val", index=0)
+
+
+@pytest.mark.parametrize("case", ["class id out of range", "wrong K", "bool labels", "diverged"])
+def test_write_predictions_checks_each_split_with_the_one_predictions_checker(tmp_path, case):
+    """What the readers of the files refuse (mr2.report.predictions.predictions_problem on the same
+    arrays, whole) is refused before anything is written: the val split is good (but for a wrong K,
+    which is the model's), the test split is not, and no val.npz appears."""
+    from mr2.report.predictions import NonFinitePredictions, predictions_problem
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 5)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    model, num_classes = TwoOutputs(), None
+    if case == "class id out of range":
+        y = torch.tensor([0, 1, 2, 0, 1, 5])
+    elif case == "wrong K":
+        num_classes = 4
+    elif case == "bool labels":
+        y = torch.tensor([True, False, True, False, True, False])
+    else:
+        x[4, 0] = math.inf
+        model = nn.Linear(5, 3)
+    good = DataLoader(_data(6), batch_size=4)
+    bad = DataLoader(TensorDataset(x, y), batch_size=4)
+    message = _refused(tmp_path, model, good, bad, num_classes=num_classes)
+    split = "val" if case == "wrong K" else "test"
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+        logits = (logits[0] if isinstance(logits, tuple) else logits).numpy()
+    if case == "diverged":
+        with pytest.raises(NonFinitePredictions):
+            predictions_problem(y.numpy(), None, logits, 3)
+        assert message == NOT_FINITE.format(split=split)
+    else:
+        problem = predictions_problem(y.numpy(), None, logits, num_classes or 3)
+        assert problem and message == PREDICTIONS_REFUSED.format(split=split, problem=problem)
 
 
 def test_write_predictions_refuses_an_out_that_is_a_file(tmp_path):

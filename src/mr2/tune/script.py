@@ -14,11 +14,13 @@ needs besides its own training loop (docs/tune-ready.md walks through a complete
   it, so that augmentation (random crops, flips) trains but never reaches the validation predictions.
 - :func:`write_predictions` runs the model in eval mode without gradients over a validation and a test
   loader and writes both files (``y_true`` and ``logits``, the format ``mr2 report --predictions``
-  reads), atomically.
+  reads), atomically, once they pass the one check of predictions that every reader of them applies
+  (:func:`mr2.report.predictions.predictions_problem`).
 
 Each problem is a :class:`mr2.tune.TuneInputError` with a one-line message (``argparse``'s own error
 for a bad flag). This module imports torch, NumPy and light parts of mr2 only (no sweep, engine or
-report module), because a script imports it in every trial.
+report module), because a script imports it in every trial; :func:`write_predictions` loads the
+report's predictions module when it runs.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ NOT_PAIRS = (
     "DataLoader over a dataset of (input, class id) yields"
 )
 LABELS_NOT_IDS = (
-    "the {split} loader's labels (batch {index}) are not integer class ids: {problem}; the labels must be "
+    "the {split} loader's labels (batch {index}) are not class ids [B]: {problem}; the labels must be "
     "[B] class ids 0 .. K-1"
 )
 OUTPUT_NOT_LOGITS = (
@@ -142,21 +144,18 @@ ROWS_DIFFER = (
     "the model returned {rows} rows of logits for the {labels} labels of the {split} loader's batch {index}; "
     "it must return one row per sample"
 )
-WRONG_WIDTH = (
-    "the model's logits have {width} columns ({split} loader, batch {index}) but num_classes is "
-    "{num_classes}; one column per class"
-)
 WIDTH_CHANGES = (
     "the model's logits have {width} columns in the {split} loader's batch {index} but {first} before; one "
     "column per class, the same in every batch"
 )
-LABEL_OUT_OF_RANGE = (
-    "the {split} loader holds class id {value}, outside [0, {width}) (the logits' width); the labels must be "
-    "class ids 0 .. K-1"
+#: What :func:`mr2.report.predictions.predictions_problem` found wrong with a split's predictions.
+PREDICTIONS_REFUSED = (
+    "the {split} predictions (y_true: the {split} loader's labels; logits: the model's outputs) are "
+    "refused: {problem}"
 )
 NOT_FINITE = (
-    "the model's logits hold NaN or infinite values ({split} loader, batch {index}): the model diverged; "
-    "tune cannot score this trial"
+    "the model's logits on the {split} loader hold NaN or infinite values: the model diverged; tune cannot "
+    "score this trial"
 )
 _NUM_CLASSES = "num_classes must be an integer >= 2 or None; got {value!r}"
 _SHOWN = 80
@@ -394,12 +393,10 @@ def _labels(value: Any, split: str, index: int) -> torch.Tensor:
         labels = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     except (TypeError, ValueError, RuntimeError) as error:
         raise bad(f"{type(value).__name__} is not an array ({error})") from None
-    if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
-        raise bad(f"dtype {labels.dtype}")
-    if labels.ndim != 1:
+    if labels.ndim != 1:  # one label per row of logits; what the labels hold is the contract's check
         hint = " (one-hot? give the class ids)" if labels.ndim == 2 else ""
         raise bad(f"shape {list(labels.shape)}{hint}")
-    return labels.detach().to("cpu", torch.int64)
+    return labels.detach().to("cpu")
 
 
 def _logits(output: Any, split: str, index: int) -> torch.Tensor:
@@ -441,10 +438,15 @@ def _check_order(loader: Any, split: str) -> None:
 def _predict(model: nn.Module, loader: Iterable[Any], split: str, device: torch.device,
              logits_of: Callable[[Any], Any] | None, num_classes: int | None
              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One split's ``(y_true int64 [N], logits [N, K] float32 or float64)``, checked batch by batch for
+    what joins them (pairs, logits, a label per row, one width) and then, whole, by the one check of
+    predictions (:func:`mr2.report.predictions.predictions_problem`: sample ids, K, finiteness)."""
+    from mr2.report.predictions import NonFinitePredictions, predictions_problem
+
     _check_order(loader, split)
     labels: list[torch.Tensor] = []
     scores: list[torch.Tensor] = []
-    width = num_classes
+    width: int | None = None
     for index, batch in enumerate(loader):
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
             size = f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""
@@ -459,22 +461,24 @@ def _predict(model: nn.Module, loader: Iterable[Any], split: str, device: torch.
         if width is None:
             width = logits.shape[1]
         elif logits.shape[1] != width:
-            message = WRONG_WIDTH if num_classes is not None else WIDTH_CHANGES
-            raise TuneInputError(message.format(width=logits.shape[1], split=split, index=index,
-                                                num_classes=num_classes, first=width))
-        if not bool(torch.isfinite(logits).all()):
-            raise TuneInputError(NOT_FINITE.format(split=split, index=index))
+            raise TuneInputError(WIDTH_CHANGES.format(width=logits.shape[1], split=split, index=index,
+                                                      first=width))
         labels.append(target)
         scores.append(logits)
-    empty = (torch.zeros(0), torch.zeros(0))
-    y_true, y_scores = (torch.cat(labels), torch.cat(scores)) if labels else empty
-    if not y_true.numel():  # no batch, or only empty ones
+    if not labels or not sum(t.numel() for t in labels):  # no batch, or only empty ones
         raise TuneInputError(LOADER_EMPTY.format(split=split))
-    low, high = int(y_true.min()), int(y_true.max())
-    if low < 0 or high >= y_scores.shape[1]:
-        raise TuneInputError(LABEL_OUT_OF_RANGE.format(split=split, value=low if low < 0 else high,
-                                                       width=y_scores.shape[1]))
-    return y_true, y_scores
+    assert width is not None
+    y_true, y_scores = torch.cat(labels), torch.cat(scores)
+    if y_scores.dtype != torch.float64:
+        y_scores = y_scores.float()  # what is written (NumPy has no bfloat16)
+    try:
+        problem = predictions_problem(y_true.numpy(), None, y_scores.numpy(),
+                                      width if num_classes is None else num_classes)
+    except NonFinitePredictions:
+        raise TuneInputError(NOT_FINITE.format(split=split)) from None
+    if problem:
+        raise TuneInputError(PREDICTIONS_REFUSED.format(split=split, problem=problem))
+    return y_true.to(torch.int64), y_scores
 
 
 def write_predictions(
@@ -512,10 +516,11 @@ def write_predictions(
 
     Raises:
         TuneInputError: ``out`` is a file or cannot be created; a loader that shuffles, is empty or does
-            not yield pairs; labels that are not integer class ids [B] or lie outside [0, K); a model
-            output that is not logits [B, K], has another number of rows than the labels, another
-            width than ``num_classes`` (or than the first batch) or non-finite values. Nothing is
-            written unless both splits pass.
+            not yield pairs; labels that are not class ids [B]; a model output that is not logits [B, K]
+            or has another number of rows than the labels or another width than the first batch;
+            then, each split whole, what :func:`mr2.report.predictions.predictions_problem` refuses
+            (labels that are not integer ids in [0, K), logits whose width is not ``num_classes``)
+            and non-finite logits. Nothing is written unless both splits pass.
 
     Example:
         >>> import tempfile
@@ -549,8 +554,6 @@ def write_predictions(
         raise TuneInputError(_OUT_UNUSABLE.format(path=directory, error=error.strerror or error)) from None
     files = {}
     for split, (y_true, logits) in predicted.items():
-        if logits.dtype != torch.float64:
-            logits = logits.float()
         buffer = io.BytesIO()
         np.savez(buffer, y_true=y_true.numpy(), logits=logits.numpy())
         files[split] = directory / f"{split}.npz"
