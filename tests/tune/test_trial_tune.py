@@ -17,7 +17,7 @@ import pytest
 from helpers.tune_trials import BASE, Y_TEST, Y_VAL, K, simulated
 from helpers.tune_trials import predict as _predict
 from mr2.tune import Candidate, TrialError, TrialPredictions, TuneInputError, tune
-from mr2.tune.api import NOT_CALLABLE
+from mr2.tune.api import NO_SUBMIT, NOT_CALLABLE
 from mr2.tune.design import Plan
 from mr2.tune.request import (
     BAD_CANDIDATES,
@@ -276,7 +276,7 @@ def test_y_true_differing_between_trials_names_both_trials(tmp_path):
         ({"criterion": "best"}, "unknown criterion 'best'"),
         ({"class_names": ["a", "a", "b", "c", "d", "e"]}, "class_names must be 6 distinct non-empty strings"),
         ({"train_fn": 3}, NOT_CALLABLE.format(kind="int")),
-        ({"executor": object()}, "executor must have submit(fn, *args)"),
+        ({"executor": object()}, NO_SUBMIT.format(kind="object")),
         ({"output_dir": Path(__file__)}, OUTPUT_IS_FILE.format(path=Path(__file__))),
     ],
     ids=["k-1", "k-huge", "set", "no-erm", "engine-only", "one-seed", "many-seeds", "overlap", "name", "criterion",

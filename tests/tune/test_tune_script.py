@@ -27,6 +27,7 @@ from mr2.tune.script import (
     NOT_PAIRS,
     OUT_IS_FILE,
     OUT_NOT_DIRECTORY,
+    OUT_UNUSABLE,
     OUTPUT_NOT_LOGITS,
     PREDICTIONS_REFUSED,
     QUOTED_HINT,
@@ -323,6 +324,9 @@ def test_the_flags_refuse_bad_values_at_once(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert _parse(["--out", str(tmp_path / "file")], capsys) == (
         f"train.py: error: argument --out: {OUT_IS_FILE.format(path=tmp_path / 'file')}")
+    long = "x" * 5000  # a path the system cannot look up: shown cut at 80 characters, with the reason
+    assert _parse(["--out", long], capsys) == (
+        f"train.py: error: argument --out: {OUT_UNUSABLE.format(path=repr(long)[:80] + '...', reason='File name too long')}")
     line = _parse(["--out", "o", "--loss-json", '{"method": "mr3", "options": {}}'], capsys)
     assert line.startswith("train.py: error: argument --loss-json: loss specification names method 'mr3'")
     assert QUOTED_HINT not in line

@@ -46,7 +46,7 @@ from mr2.report.tables import comparison_markdown
 from mr2.report.writer import ReportOutput, write_report
 from mr2.rundir.lock import RunLock, RunLockedError, lock_holder
 from mr2.tune.candidates import CANDIDATE_SETS, REFERENCE_LABEL, Candidate, candidates
-from mr2.tune.design import Advice, Design
+from mr2.tune.design import CONFIRMATION, SELECTION, Advice, Design
 from mr2.tune.errors import TuneInputError
 from mr2.tune.estimate import remaining_text
 from mr2.tune.picture import picture_data, write_picture
@@ -243,7 +243,7 @@ class _Run:
             self.plan.record_failure(trial.phase, label, trial.seed, f"{result.failure}{where}")
             return
         assert result.predictions is not None
-        if trial.phase == "selection":
+        if trial.phase == SELECTION:
             y_true, y_pred = result.predictions["val"]
             figures = ValidationFigures.from_predictions(f"{label}@{trial.seed}", trial.seed, y_true, y_pred,
                                                          self.num_classes)
@@ -333,7 +333,7 @@ def _report(run: _Run) -> tuple[ReportOutput | None, Path | None, str]:
     records = []
     for result in run.results.values():
         trial = result.trial
-        if trial.phase != "confirmation" or not result.ok:
+        if trial.phase != CONFIRMATION or not result.ok:
             continue
         assert result.predictions is not None
         val_true, val_pred = result.predictions["val"]
@@ -356,7 +356,7 @@ def _report(run: _Run) -> tuple[ReportOutput | None, Path | None, str]:
                               plots=_HAS_MATPLOTLIB, tier_assignment=tiers,
                               tiers_ranked_by=None if tiers is None else ranked_by,
                               tier_ranking_accuracy=None if tiers is None else accuracy)
-    target = request.directory / "confirmation" / "report"
+    target = request.directory / CONFIRMATION / "report"
     try:
         return write_report(records, target, settings), target, ""
     except ReportError as error:
@@ -429,7 +429,7 @@ def _rounds(run: _Run) -> None:
         batch = run.plan.next_round()
         if not batch:
             break
-        if batch[0].phase == "confirmation":
+        if batch[0].phase == CONFIRMATION:
             run.announce_choice()
         run.round([run.request.trial(item.phase, item.label, item.seed) for item in batch])
 
@@ -447,7 +447,7 @@ def _finish(run: _Run) -> TuneResult:
         full = output.comparison.to_dict()
         figures = {key: full.get(key) for key in ("reference", "tiers", "methods")}
     confirmation_seeds = sorted({r.trial.seed for r in run.results.values()
-                                 if r.trial.phase == "confirmation"})
+                                 if r.trial.phase == CONFIRMATION})
     happened, explanation = what_happened(advice)
     source_record = run.source.record()
     record = TuneRecord(
@@ -519,7 +519,7 @@ def _picture(run: _Run, advice: Advice, use: Candidate, happened: str, explanati
     else:
         line = f"KEEP {ERM_AT_FIRST_USE}. {explanation}".rstrip()
     attempted = {(r.trial.candidate.label, r.trial.seed) for r in run.results.values()
-                 if r.trial.phase == "selection"}
+                 if r.trial.phase == SELECTION}
     report = None if report_dir is None else str(report_dir.relative_to(request.directory) / "report.html")
     try:
         data = picture_data(

@@ -35,6 +35,7 @@ from mr2.sweep.run import prepare_sweep
 from mr2.sweep.runner import run_points
 from mr2.sweep.spec import RESERVED_KEYS
 from mr2.tune.candidates import REFERENCE_LABEL, Candidate
+from mr2.tune.design import PHASES, SELECTION
 from mr2.tune.errors import TrialError, TuneInputError
 from mr2.tune.request import TuneRequest
 from mr2.tune.source import TrialResult
@@ -161,7 +162,7 @@ class EngineSource:
         from mr2.engine.builders import build_data, build_model_for
         from mr2.methods.registry import build_method
 
-        for phase in ("selection", "confirmation"):
+        for phase in PHASES:
             self.points(phase)  # every candidate's run configuration validates
         if self.config.regime == "linear_probe":
             return  # building its data means extracting features: left to the first run
@@ -224,7 +225,7 @@ def phase_spec(request: TuneRequest, config: RunConfig, phase: str, *, workers: 
                launcher: dict[str, Any] | None = None) -> SweepSpec:
     """The sweep of one phase: every candidate x the phase's seed pool (no report: tune writes its own
     with the verdict's tiers)."""
-    seeds = request.seeds if phase == "selection" else request.confirm_seeds
+    seeds = request.seeds if phase == SELECTION else request.confirm_seeds
     return spec_from_dict({
         "name": phase,
         "description": f"mr2 tune {request.name}: {phase}",

@@ -35,7 +35,6 @@ __all__ = [
     "MAX_SEEDS",
     "OUTPUT_IS_FILE",
     "OVERLAPPING_SEEDS",
-    "REPORT_TOO_LARGE",
     "TOO_FEW_SEEDS",
     "TOO_MANY_SEEDS",
     "UNKNOWN_CRITERION",
@@ -71,7 +70,7 @@ ENGINE_ONLY_CANDIDATE = (
     "candidate {label!r} ({method}) needs mr2's engine (a two-stage procedure); with training code of "
     "your own the candidates must be losses (mr2.methods.spec.loss_methods()); use mr2 tune --config"
 )
-REPORT_TOO_LARGE = (
+_REPORT_TOO_LARGE = (
     "num_classes {k}: the confirmation report would hold {trials} trials' test and validation K x K "
     "confusion matrices, {size}, more than this process can allocate now ({free}); use fewer "
     "--confirm-seeds, or free memory"
@@ -148,7 +147,7 @@ def check_report_memory(request: TuneRequest, num_classes: int) -> None:
     needed = 2 * trials * confusion_bytes(num_classes)
     free = allocatable_bytes()
     if free is not None and needed > free:
-        raise TuneInputError(REPORT_TOO_LARGE.format(k=num_classes, trials=trials, size=format_bytes(needed),
+        raise TuneInputError(_REPORT_TOO_LARGE.format(k=num_classes, trials=trials, size=format_bytes(needed),
                                                      free=format_bytes(free)))
 
 

@@ -116,7 +116,7 @@ OUT_IS_FILE = "--out {path} is a file; give a directory for val.npz and test.npz
 OUT_NOT_DIRECTORY = (
     "out {path} is a file, not a directory; write_predictions writes val.npz and test.npz into it"
 )
-_OUT_UNUSABLE = "out {path} cannot be created: {error}"
+_OUT_NOT_CREATED = "out {path} cannot be created: {error}"
 LOADER_SHUFFLES = (
     "the {split} loader shuffles (shuffle=True); every trial must predict the same {split} samples in the "
     "same order: build it with shuffle=False"
@@ -551,7 +551,7 @@ def write_predictions(
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise TuneInputError(_OUT_UNUSABLE.format(path=directory, error=error.strerror or error)) from None
+        raise TuneInputError(_OUT_NOT_CREATED.format(path=directory, error=error.strerror or error)) from None
     files = {}
     for split, (y_true, logits) in predicted.items():
         buffer = io.BytesIO()
