@@ -291,6 +291,22 @@ def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, kwargs, message)
     assert not (tmp_path / "out").exists()
 
 
+def test_the_seed_pools_default_to_the_designs_as_the_docstring_says(tmp_path):
+    """tune's docstring names the default design's seed pools (it said 3 and 9 after the design had
+    moved to 2 and 14); the dry run is what the call would plan."""
+    from mr2.tune import describe_tune
+    from mr2.tune.design import DEFAULT_DESIGN
+
+    doc = " ".join((tune.__doc__ or "").split())
+    assert f"``design.selection_seeds``: {DEFAULT_DESIGN.selection_seeds} for the default design" in doc
+    assert f"``design.confirmation_seeds``: {DEFAULT_DESIGN.confirmation_seeds} for the default design" in doc
+    request = make_request(num_classes=K, output_dir=tmp_path, name="t")
+    assert (len(request.seeds), len(request.confirm_seeds)) == (DEFAULT_DESIGN.selection_seeds,
+                                                                DEFAULT_DESIGN.confirmation_seeds)
+    assert describe_tune(num_classes=K, output_dir=tmp_path, name="t") == describe_tune(
+        num_classes=K, output_dir=tmp_path, name="t", seeds=request.seeds, confirm_seeds=request.confirm_seeds)
+
+
 def test_a_trial_directory_of_another_tune_is_refused_not_reused(tmp_path):
     tune(simulated, num_classes=K, candidates="erm,mr2-paper-c1", seeds=2, confirm_seeds=2, output_dir=tmp_path,
          name="t", stream=io.StringIO())

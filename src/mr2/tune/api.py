@@ -81,9 +81,10 @@ def tune(
         candidates: ``"full"`` (the default; its losses: two-stage procedures need ``mr2 tune
             --config``), ``"quick"`` or a list of :class:`mr2.tune.Candidate` including ``erm``.
         seeds: the selection seed pool (a count from 0, or a list; at least 2; default: what the
-            design uses, 3).
+            design uses, ``design.selection_seeds``: 2 for the default design).
         confirm_seeds: the fresh confirmation seed pool (a count after the selection seeds, or a list;
-            default: what the design uses, 9; the plan trains only the seeds its looks need).
+            default: what the design uses, ``design.confirmation_seeds``: 14 for the default design;
+            the plan trains only the seeds its looks need).
         criterion: ``hard_tier``, ``worst_class`` or ``overall``.
         output_dir: where the tune directory goes.
         name: the tune directory's name.
