@@ -106,7 +106,8 @@ def test_the_validation_size_is_named_and_a_small_one_warned(per_class, half, wa
     hard = ", ".join(str(k) for k in choose(_runs(per_class)).hard_classes)
     assert f"test hard tier (ranked on all of ERM's validation samples): {hard}." in text
     # The other criteria score on all of a class's validation samples.
-    assert f"scored: min {per_class}, median {per_class}." in choice_text(choose(_runs(per_class), "overall"))
+    assert f"Validation samples per class: min {per_class}, median {per_class}." in choice_text(
+        choose(_runs(per_class), "overall"))
 
 
 def test_the_size_is_unknown_without_per_sample_figures():

@@ -280,7 +280,7 @@ class _Run:
         if self.announced or choice is None:
             return
         self.announced = True
-        rule = rule_text(self.request.criterion, tier_rule=choice.tier_rule, gate=self.request.design.gate,
+        rule = rule_text(self.request.criterion, gate=self.request.design.gate,
                          min_runs=self.request.design.min_runs)
         self.say("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "))
         contenders = sent_on(self.request.design, self.plan.contenders)
@@ -456,8 +456,7 @@ def _finish(run: _Run) -> TuneResult:
         chosen=None if chosen is None else configuration(chosen),
         reason=advice.reason,
         criterion=request.criterion,
-        rule=rule_text(request.criterion, tier_rule=choice.tier_rule if choice is not None else "split_half",
-                       gate=request.design.gate, min_runs=request.design.min_runs),
+        rule=rule_text(request.criterion, gate=request.design.gate, min_runs=request.design.min_runs),
         design=request.design.to_dict(),
         candidate_set=request.candidate_set,
         source={k: v for k, v in source_record.items() if k != "base_config"},

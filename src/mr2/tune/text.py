@@ -65,8 +65,7 @@ _COLUMN = {
 }
 
 
-def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_half",
-              gate: str = "margin", min_runs: int = 2) -> str:
+def rule_text(criterion: str, reference: str = "erm", gate: str = "margin", min_runs: int = 2) -> str:
     """The selection's rule (:mod:`mr2.tune.selection`) in words, printed before anything runs and
     with the result. ``gate`` is the design's (:class:`mr2.tune.design.Design`): ``margin``, the best
     eligible candidate goes on only if it beats the reference by a seed standard error; ``best``, the
@@ -80,18 +79,13 @@ def rule_text(criterion: str, reference: str = "erm", tier_rule: str = "split_ha
     ref = reference.upper()
     name = _COLUMN[criterion]
     intro = f"{ref} (plain cross-entropy training, the reference) is what every candidate must beat. "
-    if criterion == "hard_tier" and tier_rule == "split_half":
+    if criterion == "hard_tier":
         tiers = (
             "Each class's validation samples are split into two fixed halves (the same for every run). "
             f"The classes are ranked into tiers (easy/medium/hard) by {ref}'s mean per-class accuracy on "
             "one half, and every run, ERM's included, is scored by its hard-tier accuracy on the other "
             "half; the same with the halves swapped, and the two scores are averaged, so no sample both "
             "makes a class hard and scores it. "
-        )
-    elif criterion == "hard_tier":
-        tiers = (
-            f"Classes are ranked into tiers (easy/medium/hard) by {ref}'s mean validation per-class "
-            "accuracy over the selection seeds, on the same samples that score them. "
         )
     else:
         tiers = ""
@@ -189,8 +183,8 @@ def _size_line(choice: Choice) -> str:
     if choice.samples_per_class is None:
         return "Validation size per class: unknown (per-class figures only)."
     low, median = choice.samples_per_class
-    where = "in each scoring half" if choice.tier_rule == "split_half" else "scored"
-    return f"Validation samples per class {where}: min {low}, median {median:g}."
+    where = " in each scoring half" if choice.criterion == "hard_tier" else ""
+    return f"Validation samples per class{where}: min {low}, median {median:g}."
 
 
 def choice_explanation(choice: Choice, contenders: Sequence[str] | None = None) -> str:
@@ -252,12 +246,8 @@ def choice_text(choice: Choice, contenders: Sequence[str] | None = None,
     """
     parts = [choice_table(choice, contenders), ""]
     if choice.criterion == "hard_tier":
-        parts.append(
-            "Hard tier: ranked on one half of each class's validation samples, scored on the other, "
-            "both ways averaged (split-half rule)." if choice.tier_rule == "split_half" else
-            "Hard tier: ranked and scored on the same validation samples (per-sample predictions "
-            "unavailable), which flatters the candidates against ERM."
-        )
+        parts.append("Hard tier: ranked on one half of each class's validation samples, scored on the "
+                     "other, both ways averaged (split-half rule).")
     parts.append("Hard classes of the confirmation's test hard tier (ranked on all of ERM's validation "
                  f"samples): {class_list(choice.hard_classes, class_names)}.")
     parts.append(_size_line(choice))
