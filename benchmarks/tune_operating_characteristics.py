@@ -489,6 +489,10 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     "racing": (RACING_DESIGN, 3, 9),
     # Issue 44: the screen (chosen by the rule in docs/benchmarks/tune-operating-characteristics.md).
     "s1-scr2-m14-L3,6,9,12": (SCREEN_DESIGN, 2, 14),
+    # Issue 44, part 3: the screen with binding levels (the search's winner: Pocock-type spending).
+    "s1-scr2-m14-L3,6,9,12-binding": (replace(SCREEN_DESIGN, boundaries="binding"), 2, 14),
+    "s1-scr2-m14-L3,6,9,12-binding-pocock": (replace(SCREEN_DESIGN, boundaries="binding", spending="pocock"),
+                                             2, 14),
     "baseline-3": (BASELINE_DESIGN, 3, 3),
     "baseline-5": (BASELINE_DESIGN, 3, 5),
     "argmax-5": (Design(gate="best"), 3, 5),
