@@ -5,7 +5,9 @@ are the head's input and need no gradient, so :class:`mr2.MR2Loss` leaves its re
 of the training step (docs/mr2.md, "Linear probe"). One step: the head's forward, the loss (MR2: the
 class statistics' update and the logit term), ``zero_grad``, backward and an SGD step, on CPU, float32.
 
-Timed side by side, interleaved step by step in one process (the same batches, seed 0):
+Timed side by side, interleaved step by step in one process (the same batches, seed 0), the variants'
+order rotated by one place per repeat (``--fixed-order``: the same order every repeat, as before
+2026-12-06, when the place right after cross-entropy's step was measured to cost about 20 %):
 
 - ``ce``: ``F.cross_entropy``;
 - ``mr2``: ``MR2Loss(K)``, the default (``T = d``), features as a linear probe gives them (no gradient);
@@ -103,9 +105,16 @@ def _loss_for(name: str, num_classes: int) -> tuple[Callable[..., torch.Tensor],
 
 
 def run_case(
-    num_classes: int, *, batch: int = 512, dim: int = 768, warmup: int = 5, repeats: int = 61, seed: int = 0
+    num_classes: int, *, batch: int = 512, dim: int = 768, warmup: int = 5, repeats: int = 61, seed: int = 0,
+    rotate: bool = True,
 ) -> dict[str, list[float]]:
-    """Milliseconds per training step of every variant of :data:`VARIANTS`, interleaved."""
+    """Milliseconds per training step of every variant of :data:`VARIANTS`, interleaved.
+
+    ``rotate``: repeat ``r`` runs the variants in their order rotated by ``r`` places, so that each
+    variant takes each place in the round equally often (the step right after cross-entropy's was
+    measured about 20 % slower than the same step two places later, 2026-12-06); False: always in the
+    order of :data:`VARIANTS` (the runs before that date).
+    """
     g = torch.Generator().manual_seed(seed)
     batches = [
         (torch.randn(batch, dim, generator=g).relu_(), torch.randint(0, num_classes, (batch,), generator=g))
@@ -131,12 +140,16 @@ def run_case(
         optimizer.step()
         return 1e3 * (time.perf_counter() - start)
 
+    def order(r: int) -> tuple[str, ...]:
+        shift = r % len(variants) if rotate else 0
+        return variants[shift:] + variants[:shift]
+
     for r in range(warmup):
-        for name in variants:
+        for name in order(r):
             step(name, r)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(repeats):
-        for name in variants:
+        for name in order(r):
             times[name].append(step(name, r))
     return times
 
@@ -181,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one warm-up step and two timed steps per case")
     parser.add_argument("--baseline", metavar="REV", default=None,
                         help="also time MR2Loss of git revision REV in the same loop (before / after)")
+    parser.add_argument("--fixed-order", action="store_true",
+                        help="run the variants in one fixed order every repeat (default: rotated per repeat)")
     args = parser.parse_args(argv)
     if args.baseline is not None:
         print(f"baseline: MR2Loss of {args.baseline} as 'mr2 @{args.baseline}'")
@@ -194,11 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average at start (1, 5, 15 min): {_load()}")
     warmup, repeats = (1, 2) if args.quick else (5, args.repeats)
     results = [
-        (k, run_case(k, batch=args.batch, dim=args.dim, warmup=warmup, repeats=repeats, seed=args.seed))
+        (k, run_case(k, batch=args.batch, dim=args.dim, warmup=warmup, repeats=repeats, seed=args.seed,
+                     rotate=not args.fixed_order))
         for k in args.classes
     ]
+    order = "one fixed order" if args.fixed_order else "order rotated per repeat"
     print(f"Linear-probe training step (head forward, loss, backward, SGD step), {repeats} interleaved "
-          "repeats:")
+          f"repeats ({order}):")
     print(format_table(results, batch=args.batch, dim=args.dim))
     print(f"load average at end (1, 5, 15 min): {_load()}")
     return 0

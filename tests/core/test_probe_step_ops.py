@@ -6,8 +6,10 @@
 - The number of tensor operations of such a step stays bounded (104 before the statistics update and the
   temperatures were trimmed, 78 after 9137cf2, 52 on the few-classes path and 57 on the many-classes path
   since the target's range is read once, the counts come from bincount and the temperatures' tests are
-  folded): a regression guard on the per-operation overhead.
-- The target's range is read once per step (it was read twice: the input check and the logit term's).
+  folded; 43 and 55 once every class is known to have been seen and the count checks the range): a
+  regression guard on the per-operation overhead.
+- The target's range is read once per step (it was read twice: the input check and the logit term's;
+  on CPU the statistics' bincount now checks it as it counts).
 - The moving statistics in float64 use the weight ``1 - m`` of float64 (it was rounded to float32).
 """
 
@@ -86,11 +88,12 @@ def test_a_probe_step_stays_within_its_operation_budget():
         batch = _batch(3, k, b=64)
         with _CountOps() as ops:
             loss(*batch)
-        assert ops.count <= 64, f"K = {k}: {ops.count} tensor operations in a linear-probe step"
+        budget = 43 if 2 * k <= 64 else 55  # the [K, d] lerp path (K <= B / 2), the many-class path
+        assert ops.count <= budget, f"K = {k}: {ops.count} tensor operations in a linear-probe step"
 
 
 class _RangeReads(TorchDispatchMode):
-    """Records the min / max / aminmax operations applied to ``watched`` inside the block."""
+    """Records the min / max / aminmax / bincount operations applied to ``watched`` inside the block."""
 
     def __init__(self, watched: torch.Tensor) -> None:
         super().__init__()
@@ -99,30 +102,57 @@ class _RangeReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         first = args[0] if args else None
-        reads_range = func.__name__.split(".")[0] in ("aminmax", "min", "max", "amin", "amax")
+        name = func.__name__.split(".")[0]
+        reads_range = name in ("aminmax", "min", "max", "amin", "amax", "bincount")
         if reads_range and isinstance(first, torch.Tensor) and first.data_ptr() == self.watched:
-            self.names.append(func.__name__)
+            # bincount checks the range only where nothing weights it (the count of the classes)
+            weights = (kwargs or {}).get("weights", args[1] if len(args) > 1 else None)
+            if name != "bincount" or weights is None:
+                self.names.append(func.__name__)
         return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("logit_margin", ["temperature", "additive"])
 @pytest.mark.parametrize("probe", [True, False])
 def test_a_step_reads_the_targets_range_once(logit_margin, probe):
+    # On CPU the statistics' count of the classes (bincount) checks the range; no aminmax besides it.
     loss = MR2Loss(5, logit_margin=logit_margin)
     logits, features, target = _batch(0, 5)
     if not probe:
         features.requires_grad_()
     with _RangeReads(target) as ops:
         loss(logits, features, target)
-    assert ops.names == ["aminmax.default"], ops.names
+    # (the pair term, when computed, counts the classes again for its own layout)
+    assert ops.names[0] == "bincount.default" and "aminmax.default" not in ops.names, ops.names
+    if probe:
+        assert ops.names == ["bincount.default"], ops.names
 
 
-def test_a_bad_target_is_still_refused_with_its_range():
+def test_where_the_statistics_do_not_count_on_the_host_the_loss_reads_the_range_once():
     loss = MR2Loss(5)
     logits, features, target = _batch(0, 5)
-    target[3] = 7
-    with pytest.raises(ValueError, match=r"outside \[0, 5\): smallest 0, largest 7"):
+    with loss.statistics.accumulate(), _RangeReads(target) as ops:  # deferred sums: no bincount
         loss(logits, features, target)
+    assert ops.names == ["aminmax.default"], ops.names
+    loss.eval()
+    with _RangeReads(target) as ops:  # no update at all (the pair term then counts for its layout)
+        loss(logits, features, target)
+    assert ops.names[0] == "aminmax.default" and ops.names.count("aminmax.default") == 1, ops.names
+
+
+@pytest.mark.parametrize("bad, low, high", [(7, 0, 7), (5, 0, 5), (-1, -1, 4)])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_a_bad_target_is_still_refused_with_its_range(bad, low, high, dtype):
+    loss = MR2Loss(5)
+    loss(*_batch(1, 5))  # statistics with values
+    logits, features, target = _batch(0, 5)
+    target[3] = bad
+    target = target.to(dtype)
+    before = {name: buffer.clone() for name, buffer in loss.statistics.named_buffers()}
+    with pytest.raises(ValueError, match=rf"outside \[0, 5\): smallest {low}, largest {high}"):
+        loss(logits, features, target)
+    for name, buffer in loss.statistics.named_buffers():  # nothing written
+        torch.testing.assert_close(buffer, before[name], rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.parametrize("k, b", [(4, 40), (30, 40), (50, 20)])  # few classes, K in (B/2, 2B], K > 2B

@@ -97,8 +97,11 @@ def scaled_logit_loss(
     dtype = _working_dtype(logits)
     if temperatures.requires_grad:
         temperatures = temperatures.detach()
-    scale = temperatures.to(dtype).index_select(0, target).unsqueeze(1)
-    scaled = logits.to(dtype) / scale
+    # .to() only where the dtype differs (a same-dtype .to() is still a dispatched call).
+    if temperatures.dtype != dtype:
+        temperatures = temperatures.to(dtype)
+    scale = temperatures.index_select(0, target).unsqueeze(1)
+    scaled = (logits if logits.dtype == dtype else logits.to(dtype)) / scale
     if target.dtype != torch.long:  # the built-in loss takes int64 class ids (int32 ones are valid here)
         target = target.long()
     if reduction == "mean" and target.numel():  # the mean inside the built-in loss: one op less

@@ -41,7 +41,6 @@ from mr2.checks import (
     is_number,
     wants_values,
 )
-from mr2.functional.allocation import gamma_allocation
 from mr2.functional.margin_losses import (
     representation_margin_loss,
     scaled_logit_loss,
@@ -67,11 +66,7 @@ PROFILER_LABELS = (
 )
 
 
-def _sum_is_finite(logits: torch.Tensor, guard: torch.Tensor) -> bool:
-    """One host read: ``sum(logits) + guard`` is finite (then both are; a False may be an overflow of
-    finite values, for the exact check to decide)."""
-    with torch.no_grad():
-        return math.isfinite(float(_sum_of(logits) + guard))
+_NOTHING = contextlib.nullcontext()  # reusable: one object instead of one per call
 
 
 def _label(name: str) -> contextlib.AbstractContextManager[Any]:
@@ -79,7 +74,7 @@ def _label(name: str) -> contextlib.AbstractContextManager[Any]:
     measurable cost per call at small sizes)."""
     if profiler._is_profiler_enabled:
         return profiler.record_function(name)
-    return contextlib.nullcontext()
+    return _NOTHING
 
 
 _BAD_LAMBDA = "lambda_rep must be a number >= 0; got {value!r}."
@@ -351,6 +346,8 @@ class MR2Loss(nn.Module):
         """
         if self._parts is None and self._deferred_parts is not None:
             total, logit_term, gamma, margin_spread, seen = self._deferred_parts
+            if seen is None:  # every class was known to have been seen at that step
+                seen = torch.ones(margin_spread.shape, dtype=torch.bool, device=margin_spread.device)
             margin = 2.0 * self.statistics.mean_spread(margin_spread, seen)
             rep_term = logit_term.new_full((), float("nan"))
             self._parts = MR2LossParts(total, logit_term, rep_term, gamma, margin)
@@ -434,11 +431,17 @@ class MR2Loss(nn.Module):
     ) -> torch.Tensor:
         """[K] the current per-class logit temperatures gamma (ones during warm-up). No host sync.
 
-        ``moments``: ``statistics.moments()`` if already computed this step; ``seen``:
+        ``moments``: ``statistics.moments()`` if already computed this step (values >= 0); ``seen``:
         ``statistics.seen()`` if already computed (it decides a warm-up of one sample per class).
         """
         stat = self.allocation_statistic(moments)
-        gamma = gamma_allocation(stat, self.c_bar, check_values=False).clamp_min(self.min_logit_temperature)
+        # gamma_allocation's arithmetic without its argument checks and its clamp_min(0): every
+        # allocation statistic is >= 0 or NaN here (sums of squares; the spread is clamped), where
+        # clamp_min(0) changes no value (the cube root of -0.0 is +0.0 either way).
+        statistics = self.statistics
+        root = stat.pow(1.0 / 3.0)
+        scaled = root * statistics._scalar(self.c_bar * stat.shape[0], root)  # c_bar K a_k^(1/3)
+        gamma = (scaled / root.sum()).clamp_min(self.min_logit_temperature)
         if not self.gammas_enabled:
             return torch.ones_like(gamma)
         # The values of torch.where(self._ready(stat) & isfinite(gamma), gamma, 1) in fewer operations:
@@ -446,12 +449,14 @@ class MR2Loss(nn.Module):
         # NaN makes root.sum() 0 or NaN in gamma_allocation, so every gamma is NaN (clamp_min keeps NaN).
         # Not ready: gamma / False turns every gamma (> 0 or NaN) into inf or NaN; nan_to_num then
         # makes each non-finite gamma 1 (two operations where isfinite, & and where take six).
+        # Every class known to have been seen (ClassFeatureStatistics.all_seen_known): a warm-up of one
+        # sample per class is over, and gamma / True would change no value.
         needed = self._warmup_needed()
-        if needed is not None:
+        if needed is not None and not (needed == 1 and statistics.all_seen_known()):
             if needed == 1 and seen is not None:
                 ready = seen.all()
             else:
-                ready = (self.statistics.samples_seen >= needed).all()
+                ready = (statistics.samples_seen >= needed).all()
             gamma = gamma / ready
         return torch.nan_to_num(gamma, nan=1.0, posinf=1.0, neginf=1.0)
 
@@ -577,41 +582,58 @@ class MR2Loss(nn.Module):
             target: [B] class ids in ``[0, K)``.
         """
         warn_if_evaluating_in_train_mode(self, "class statistics")
+        statistics = self.statistics
+        # Plain attributes of this step are set in __dict__ (nn.Module's __setattr__ costs about a
+        # microsecond each, per step).
+        attributes = self.__dict__
         with _label("mr2.statistics_update"):
+            # The target's range is read once per step: by the statistics' count where it checks the
+            # range (ClassFeatureStatistics.counts_check_range), else here.
+            check_values = False if statistics.counts_check_range(features) else self.check_values
             check_classification_inputs(
-                logits, features, target, self.num_classes, self.check_values, finite=False
+                logits, features, target, self.num_classes, check_values, finite=False
             )
             # The statistics update is computed first and applied only once it is known to keep them
             # finite; that check and the inputs' finiteness check share ONE host sync (CPU only by
-            # default; on accelerators a non-finite update is skipped without a sync).
-            pending = self.statistics.prepare(features, target)
-            # A NaN/Inf feature makes the update's guard (built from the squared norms) non-finite,
-            # so with a pending update only the logits need their own finiteness pass.
-            inputs = {"logits": logits} if pending is not None else {"logits": logits, "features": features}
-            if wants_values(logits, self.check_values):
-                # The usual case (a pending update, float logits) in three operations: the logits' sum
-                # plus the guard is finite only when both are (a finite sum may still overflow: the
-                # exact check below then decides).
-                guard = None if pending is None else pending.guard
-                if guard is None or not logits.is_floating_point() or not _sum_is_finite(logits, guard):
-                    check_statistics_finite(inputs, guard, also_count={"features": features})
-                self.statistics.commit(pending)
-            else:
-                self.statistics.commit(pending, only_if_finite=True)
+            # default; on accelerators a non-finite update is skipped without a sync). One no_grad
+            # context for the update and the check.
+            with torch.no_grad():
+                pending = statistics._prepare(features, target)
+                # A NaN/Inf feature makes the update's guard (built from the squared norms)
+                # non-finite, so with a pending update only the logits need their own finiteness pass.
+                if wants_values(logits, self.check_values):
+                    # The usual case (a pending update, float logits) in three operations: the logits'
+                    # sum plus the guard is finite only when both are (a finite sum may still overflow:
+                    # the exact check below then decides).
+                    guard = None if pending is None else pending.guard
+                    if (
+                        guard is None
+                        or not logits.is_floating_point()
+                        or not math.isfinite(float(_sum_of(logits) + guard))
+                    ):
+                        inputs = {"logits": logits}
+                        if pending is None:
+                            inputs["features"] = features
+                        check_statistics_finite(inputs, guard, also_count={"features": features})
+                    statistics._commit(pending)
+                else:
+                    statistics._commit(pending, only_if_finite=True)
         with _label("mr2.temperatures"):
-            mean_sq_norm, spread, seen = self.statistics.moments_and_seen()
-            moments = (mean_sq_norm, spread)
+            # The seen mask is not built once every class is known to have been seen (None: all True).
+            seen = None if statistics.all_seen_known() else statistics.seen()
+            moments = statistics._moments(seen)
+            spread = moments[1]
             # A training step whose features need no gradient (a linear probe on cached features,
             # detached features): the representation term is a constant there, its gradient reaches no
             # parameter, so it is not computed (a Python attribute decides: no host sync), and the
             # distance margin, which only it and the logged parts use, is left to :attr:`parts`.
-            self.representation_skipped = (
+            skipped = attributes["representation_skipped"] = (
                 self.lambda_rep > 0
                 and self.training
                 and torch.is_grad_enabled()
                 and not features.requires_grad
             )
-            if self.representation_skipped:  # the s_k distance_margin reads, kept for parts
+            if skipped:  # the s_k distance_margin reads, kept for parts
                 margin_spread, margin = self._margin_spread(spread), None
             else:
                 margin_spread, margin = None, self.distance_margin(spread, seen)
@@ -628,8 +650,8 @@ class MR2Loss(nn.Module):
         if margin is None:  # representation_skipped: the parts are finished when read
             assert margin_spread is not None
             detached = logit_term.detach()
-            self._parts = None
-            self._deferred_parts = (detached, detached, gamma, margin_spread, seen)
+            attributes["_parts"] = None
+            attributes["_deferred_parts"] = (detached, detached, gamma, margin_spread, seen)
             return logit_term
         if self.lambda_rep > 0:
             with _label("mr2.representation_margin"):

@@ -40,12 +40,15 @@ DEFER_NEEDS_POOLED_L2 = (
 )
 
 
+_NOTHING = contextlib.nullcontext()  # reusable: one object instead of one per call
+
+
 def _float32_region(device_type: str) -> contextlib.AbstractContextManager[Any]:
     """Autocast off for the statistics' arithmetic; nothing to enter when autocast is not on (the
     context manager costs more than some of the small updates it wraps)."""
     if torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type=device_type, enabled=False)
-    return contextlib.nullcontext()
+    return _NOTHING
 
 
 def _as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -207,6 +210,11 @@ class ClassFeatureStatistics(nn.Module):
         # Pending (count, feature sum, sum of squared norms) of the deferred micro-batches: plain
         # tensors (see the class docstring), None when nothing is pending.
         self._pending_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # (samples_seen, its version counter) when every class was known to have been seen at that
+        # version (see :meth:`all_seen_known`), else None.
+        self._all_seen_at: tuple[torch.Tensor, int] | None = None
+        # 0-dim tensors of the constants of a step, by (value, dtype, device) (see _scalar).
+        self._constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
 
     # ------------------------------------------------------------------ state
     @property
@@ -215,6 +223,8 @@ class ClassFeatureStatistics(nn.Module):
         return self.feature_sum.shape[1] or None
 
     def _materialise(self, feature_dim: int) -> None:
+        if self._buffers["feature_sum"].shape[1] == feature_dim:  # type: ignore[union-attr]
+            return  # the usual call: nothing to do (read without nn.Module's __getattr__)
         if self.feature_sum.shape[1] == 0:
             self.feature_sum = self.feature_sum.new_zeros(self.num_classes, feature_dim)
             self._norm_cache_valid = False
@@ -242,9 +252,65 @@ class ClassFeatureStatistics(nn.Module):
     # ----------------------------------------------------------------- update
     def _ema_weights(self, count: torch.Tensor) -> torch.Tensor:
         """[K] weight of the new batch, from its [K] counts (whole numbers >= 0): 1 - m (present), 1
-        (first observation), 0 (absent). Four operations: ``present`` is ``min(count, 1)``, 0 or 1."""
-        present = _as_dtype(count, self.count.dtype).clamp_max(1.0)
-        return torch.where(self.samples_seen > 0, present * (1.0 - self.momentum), present)
+        (first observation), 0 (absent). Four operations: ``present`` is ``min(count, 1)``, 0 or 1;
+        two once every class is known to have been seen (:meth:`all_seen_known`: no first
+        observation is possible, so the weight is ``present * (1 - m)`` everywhere)."""
+        present = _as_dtype(count, self._buffer("count").dtype).clamp_max(1.0)
+        decay = present * self._scalar(1.0 - self.momentum, present)
+        if self.all_seen_known():
+            return decay
+        return torch.where(self.samples_seen > 0, decay, present)
+
+    def _scalar(self, value: float, like: torch.Tensor) -> torch.Tensor | float:
+        """``value`` as a 0-dim tensor of ``like``'s dtype and device, made once and kept: a Python
+        number in an arithmetic operation is first wrapped into a tensor (about 1.5 microseconds a
+        step on CPU). The product is the same: the number is rounded to the tensor's dtype either
+        way. The number itself under ``torch.compile``."""
+        if torch.compiler.is_compiling():
+            return value
+        key = (value, like.dtype, like.device)
+        constant = self._constants.get(key)
+        if constant is None:
+            constant = self._constants[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
+        return constant
+
+    def _buffer(self, name: str) -> torch.Tensor:
+        """The buffer ``name`` without nn.Module's ``__getattr__`` (about 0.7 microseconds a read; a
+        step reads a few dozen)."""
+        return self._buffers[name]  # type: ignore[return-value]
+
+    def all_seen_known(self) -> bool:
+        """Whether every class is known to have been seen, without reading a tensor.
+
+        True only after :meth:`note_all_seen` found (or :meth:`commit` kept) every class seen and
+        ``samples_seen`` has not been changed since by anything else (its version counter and identity
+        are those recorded: a loaded state dict, a reset with ``samples_seen.zero_()`` or a move to
+        another device makes it False until the next check). Always False under ``torch.compile``.
+        The hot path uses it to skip the operations a first observation needs (the weights' ``where``,
+        the seen mask, the logit temperatures' readiness test): the values are those of the full path.
+        """
+        at = self._all_seen_at
+        if at is None or torch.compiler.is_compiling():
+            return False
+        seen_count = self._buffers["samples_seen"]
+        return at[0] is seen_count and at[1] == seen_count._version
+
+    def note_all_seen(self) -> bool:
+        """:meth:`all_seen_known`, reading ``samples_seen`` once on the host when not known (CPU
+        only; on an accelerator, under ``torch.compile`` or for inference tensors nothing is read and
+        the answer is False until known)."""
+        if self.all_seen_known():
+            return True
+        seen_count = self.samples_seen
+        if (
+            seen_count.device.type != "cpu"
+            or torch.compiler.is_compiling()
+            or seen_count.is_inference()
+            or not bool(seen_count.all())
+        ):
+            return False
+        self.__dict__["_all_seen_at"] = (seen_count, seen_count._version)
+        return True
 
     @staticmethod
     def _ema_(state: torch.Tensor, new: torch.Tensor, weight: torch.Tensor) -> None:
@@ -271,9 +337,9 @@ class ClassFeatureStatistics(nn.Module):
 
     def _refresh_norm_cache(self) -> None:
         """Recompute the cached ``||S_k||_p^2`` of every class (one [K, d] pass)."""
-        cache = self.feature_sum_norm_sq
-        torch.linalg.vector_norm(self.feature_sum, ord=self.norm_p, dim=-1, out=cache).square_()
-        self._norm_cache_valid = True
+        cache = self._buffer("feature_sum_norm_sq")
+        torch.linalg.vector_norm(self._buffer("feature_sum"), ord=self.norm_p, dim=-1, out=cache).square_()
+        self.__dict__["_norm_cache_valid"] = True  # a plain flag: without nn.Module's __setattr__
 
     @torch.no_grad()
     def prepare(self, features: torch.Tensor, target: torch.Tensor) -> PendingUpdate | None:
@@ -284,45 +350,90 @@ class ClassFeatureStatistics(nn.Module):
         with :func:`~mr2.checks.check_statistics_finite`, in the same host sync as the inputs), then
         :meth:`commit`. The caller validates ``features`` and ``target`` first.
         """
+        return self._prepare(features, target)
+
+    def counts_check_range(self, features: torch.Tensor) -> bool:
+        """Whether :meth:`prepare` counts the batch's classes with ``bincount`` on the host (training,
+        single process, pooled statistics, no deferral, CPU, not under ``torch.compile``).
+
+        Its count then checks the target's range as it counts (a class id ``>= K`` lengthens the
+        result, a negative one is refused by ``bincount``), and a bad id raises the error of
+        :func:`~mr2.checks.check_target`, so a caller on this path need not read the range itself.
+        """
+        return (
+            self.training
+            and not self.deferred
+            and self.estimator == "pooled"
+            and features.device.type == "cpu"
+            and not torch.compiler.is_compiling()
+            and not distributed.is_distributed(self.process_group)
+        )
+
+    def _host_counts(self, target: torch.Tensor) -> torch.Tensor:
+        """[K] int64 counts of the class ids by ``bincount`` (CPU), refusing an id outside ``[0, K)``
+        with :func:`~mr2.checks.check_target`'s error."""
+        k = self.num_classes
+        try:
+            counts = torch.bincount(target, minlength=k)
+        except RuntimeError as error:  # a negative class id (or an unsupported dtype)
+            check_target(target, k, None, True)
+            raise error
+        if counts.shape[0] != k:  # a class id >= K
+            check_target(target, k, None, True)
+        return counts
+
+    def _prepare(self, features: torch.Tensor, target: torch.Tensor) -> PendingUpdate | None:
+        """:meth:`prepare` for a caller already under ``torch.no_grad()`` (one context per step)."""
         if not self.training:
             return None
         self._materialise(features.shape[1])
         if self.deferred:
             return self._prepare_deferred(features, target)
-        with _float32_region(features.device.type):
-            x = _as_dtype(features.detach() if features.requires_grad else features, self.feature_sum.dtype)
-            feature_sum: torch.Tensor | None = None
-            seen_count: torch.Tensor | None = None
-            if distributed.is_distributed(self.process_group) or self.estimator == "batch":
-                count, feature_sum, sq_norm_sum = class_sums(x, target, self.num_classes)
-                if distributed.is_distributed(self.process_group):
-                    # One all-reduce for all first-phase sums: [K, 1 + d + 1].
-                    packed = torch.cat(
-                        [count.unsqueeze(1), feature_sum, sq_norm_sum.unsqueeze(1)], dim=1
-                    )
-                    distributed.all_reduce_sum_(packed, self.process_group)
-                    count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+        device_type = features.device.type
+        if torch.is_autocast_enabled(device_type):
+            with torch.autocast(device_type=device_type, enabled=False):
+                return self._prepare_update(features, target, device_type)
+        return self._prepare_update(features, target, device_type)
+
+    def _prepare_update(
+        self, features: torch.Tensor, target: torch.Tensor, device_type: str
+    ) -> PendingUpdate:
+        """The arithmetic of :meth:`prepare` (autocast off)."""
+        x = features.detach() if features.requires_grad else features
+        x = _as_dtype(x, self._buffer("feature_sum").dtype)
+        feature_sum: torch.Tensor | None = None
+        seen_count: torch.Tensor | None = None
+        if distributed.is_distributed(self.process_group) or self.estimator == "batch":
+            count, feature_sum, sq_norm_sum = class_sums(x, target, self.num_classes)
+            if distributed.is_distributed(self.process_group):
+                # One all-reduce for all first-phase sums: [K, 1 + d + 1].
+                packed = torch.cat(
+                    [count.unsqueeze(1), feature_sum, sq_norm_sum.unsqueeze(1)], dim=1
+                )
+                distributed.all_reduce_sum_(packed, self.process_group)
+                count, feature_sum, sq_norm_sum = packed[:, 0], packed[:, 1:-1], packed[:, -1]
+        else:
+            # Single process: only [K] sums here; commit() folds the [K, d] feature sums in.
+            sq_norms = torch.linalg.vector_norm(x, dim=1).square()  # inf when it overflows
+            if device_type == "cpu" and not torch.compiler.is_compiling():
+                # Counts as integers (also samples_seen's increment) and the squared norms' sums,
+                # each in one operation (on an accelerator bincount sizes its result on the host);
+                # the count checks the target's range (counts_check_range).
+                seen_count = self._host_counts(target)
+                count = _as_dtype(seen_count, x.dtype)
+                sq_norm_sum = torch.bincount(target, weights=sq_norms, minlength=self.num_classes)
             else:
-                # Single process: only [K] sums here; commit() folds the [K, d] feature sums in.
-                sq_norms = torch.linalg.vector_norm(x, dim=1).square()  # inf when it overflows
-                if x.device.type == "cpu" and not torch.compiler.is_compiling():
-                    # Counts as integers (also samples_seen's increment) and the squared norms' sums,
-                    # each in one operation (on an accelerator bincount sizes its result on the host).
-                    seen_count = torch.bincount(target, minlength=self.num_classes)
-                    count = _as_dtype(seen_count, x.dtype)
-                    sq_norm_sum = torch.bincount(target, weights=sq_norms, minlength=self.num_classes)
-                else:
-                    count = x.new_zeros(self.num_classes).index_add_(0, target, x.new_ones(target.shape))
-                    sq_norm_sum = x.new_zeros(self.num_classes).index_add_(0, target, sq_norms)
-            weight = self._ema_weights(count)
-            new_count = self.count.lerp(count, weight)
-            new_sq_norm_sum = self.sq_norm_sum.lerp(sq_norm_sum, weight)
-            # ||S_k||^2 <= n_k Q_k (Cauchy-Schwarz) bounds every intermediate of the derived values
-            # (the factor 4 covers the deviations ||x - mu||^2 <= 2||x||^2 + 2||mu||^2). Only its
-            # finiteness is read: a dot product is one operation where a product and a sum are two.
-            guard = 4.0 * torch.dot(new_count, new_sq_norm_sum)
+                count = x.new_zeros(self.num_classes).index_add_(0, target, x.new_ones(target.shape))
+                sq_norm_sum = x.new_zeros(self.num_classes).index_add_(0, target, sq_norms)
+        weight = self._ema_weights(count)
+        new_count = self._buffer("count").lerp(count, weight)
+        new_sq_norm_sum = self._buffer("sq_norm_sum").lerp(sq_norm_sum, weight)
+        # ||S_k||^2 <= n_k Q_k (Cauchy-Schwarz) bounds every intermediate of the derived values
+        # (the factor 4 covers the deviations ||x - mu||^2 <= 2||x||^2 + 2||mu||^2). Only its
+        # finiteness is read: a dot product is one operation where a product and a sum are two.
+        guard = torch.dot(new_count, new_sq_norm_sum) * self._scalar(4.0, new_count)
         return PendingUpdate(x, target, count, feature_sum, sq_norm_sum, weight, new_count,
-                             new_sq_norm_sum, guard, seen_count=seen_count)
+                             new_sq_norm_sum, guard, False, seen_count)
 
     @torch.no_grad()
     def commit(self, pending: PendingUpdate | None, *, only_if_finite: bool = False) -> None:
@@ -333,6 +444,10 @@ class ClassFeatureStatistics(nn.Module):
             only_if_finite: keep the old values when the update's guard is not finite, without a
                 host sync (for callers that did not check the guard on the host).
         """
+        self._commit(pending, only_if_finite=only_if_finite)
+
+    def _commit(self, pending: PendingUpdate | None, *, only_if_finite: bool = False) -> None:
+        """:meth:`commit` for a caller already under ``torch.no_grad()``."""
         if pending is None:
             return
         if pending.deferred:  # a micro-batch to add up (see _prepare_deferred)
@@ -357,8 +472,8 @@ class ClassFeatureStatistics(nn.Module):
                 ema(self.batch_mean_sq_norm, mean_sq_norm)
                 ema(self.batch_spread, spread)
             if pending.feature_sum is not None:
-                ema(self.feature_sum, pending.feature_sum)
-                self._norm_cache_valid = False
+                ema(self._buffer("feature_sum"), pending.feature_sum)
+                self.__dict__["_norm_cache_valid"] = False
             elif 2 * self.num_classes <= target.shape[0] and ok is None:
                 # Few classes (K <= B / 2): the passes over the [K, d] buffer (zeros, lerp_, and the
                 # norms moments() then recomputes) cost less than gathering the batch's rows
@@ -367,9 +482,9 @@ class ClassFeatureStatistics(nn.Module):
                 # the B rows), then S_k += w_k (sum_{i: y_i = k} x_i - S_k) as ONE in-place lerp_:
                 # four operations, no host read, the same form on every device. An absent class
                 # (w = 0) keeps its row bit for bit; a first observation (w = 1) takes the sums.
-                sums = x.new_zeros(self.feature_sum.shape).index_add_(0, target, x)
-                self._ema_(self.feature_sum, sums, weight)
-                self._norm_cache_valid = False
+                sums = x.new_zeros(self._buffer("feature_sum").shape).index_add_(0, target, x)
+                self._ema_(self._buffer("feature_sum"), sums, weight)
+                self.__dict__["_norm_cache_valid"] = False
             elif (
                 ok is None
                 and x.device.type == "cpu"
@@ -382,39 +497,49 @@ class ClassFeatureStatistics(nn.Module):
                 # ONE index_add_ of the batch's rows with alpha = 1 - m: fewer passes than gathering
                 # and scattering the rows (B = 512, d = 2048, 1 thread, with the norms moments()
                 # then recomputes: 1.36 against 1.74 ms at K = 1,000, 0.66 against 1.20 ms at K = 300).
-                self.feature_sum.mul_((1.0 - weight).unsqueeze(1))
-                self.feature_sum.index_add_(0, target, x, alpha=1.0 - self.momentum)
-                self._norm_cache_valid = False
+                self._buffer("feature_sum").mul_((1.0 - weight).unsqueeze(1))
+                self._buffer("feature_sum").index_add_(0, target, x, alpha=1.0 - self.momentum)
+                self.__dict__["_norm_cache_valid"] = False
             else:
                 # Many classes: S_k <- S_k + w_k (sum_{i: y_i = k} x_i - S_k) as ONE index_add_ of
                 # the B rows w_k (x_i - S_k / n_k): only the rows of the classes in the batch are
                 # touched (no pass over [K, d]), so an absent class keeps its values bit for bit.
                 per_row = (weight / pending.batch_count.clamp_min(1.0)).index_select(0, target)
-                rows = self.feature_sum.index_select(0, target).mul_(-per_row.unsqueeze(1))
+                rows = self._buffer("feature_sum").index_select(0, target).mul_(-per_row.unsqueeze(1))
                 rows.addcmul_(x, weight.index_select(0, target).unsqueeze(1))
                 if ok is not None:
                     rows = torch.where(ok, rows, 0.0)
-                self.feature_sum.index_add_(0, target, rows)
+                self._buffer("feature_sum").index_add_(0, target, rows)
                 if self._norm_cache_valid:  # the updated rows, gathered into the same buffer
-                    torch.index_select(self.feature_sum, 0, target, out=rows)
-                    self.feature_sum_norm_sq.index_copy_(0, target, self._norm_sq(rows))
+                    torch.index_select(self._buffer("feature_sum"), 0, target, out=rows)
+                    self._buffer("feature_sum_norm_sq").index_copy_(0, target, self._norm_sq(rows))
             if ok is None:
-                self.count.copy_(pending.new_count)
-                self.sq_norm_sum.copy_(pending.new_sq_norm_sum)
+                self._buffer("count").copy_(pending.new_count)
+                self._buffer("sq_norm_sum").copy_(pending.new_sq_norm_sum)
             else:
                 self.count.copy_(torch.where(ok, pending.new_count, self.count))
                 self.sq_norm_sum.copy_(torch.where(ok, pending.new_sq_norm_sum, self.sq_norm_sum))
             if self.estimator == "pooled" and self.norm_p != 2.0:
                 deviation = self._deviation_sums(
-                    x, target, self.feature_sum, self.count.clamp_min(1e-12)
+                    x, target, self._buffer("feature_sum"), self._buffer("count").clamp_min(1e-12)
                 )
                 ema(self.deviation_sum, deviation)
             # Counts are sums of ones (exact integers in float32 below 2^24): no rounding needed.
             seen = pending.batch_count.long() if pending.seen_count is None else pending.seen_count
-            self.samples_seen.add_(seen if ok is None else seen * ok)
+            all_seen = self.all_seen_known()
+            seen_count = self._buffer("samples_seen")
+            seen_count.add_(seen if ok is None else seen * ok)
+            if all_seen:  # adding counts >= 0 keeps every class seen (set without nn.Module's
+                # __setattr__, which costs a microsecond per step: a plain attribute either way)
+                self.__dict__["_all_seen_at"] = (seen_count, seen_count._version)
+            else:  # on CPU one read per step until every class has been seen, then none
+                self.note_all_seen()
 
     def _first_observation(self, pending: PendingUpdate) -> bool:
-        """Whether the batch holds a class never seen before (a host read)."""
+        """Whether the batch holds a class never seen before (a host read, unless every class is
+        known to have been seen)."""
+        if self.all_seen_known():
+            return False
         return bool((pending.batch_count > 0).logical_and_(self.samples_seen == 0).any())
 
     # ------------------------------------------------------- deferred updates
@@ -585,21 +710,28 @@ class ClassFeatureStatistics(nn.Module):
         """``(||mu_k||_p^2, s_k, seen_k)``: :meth:`moments` and :meth:`seen` from one evaluation (the
         loss's training step needs all three; computing ``seen`` once saves an operation)."""
         seen = self.seen()
+        mean_sq_norm, spread = self._moments(seen)
+        return mean_sq_norm, spread, seen
+
+    def _moments(self, seen: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`moments` given :meth:`seen`, or None when every class is known to have been seen
+        (:meth:`all_seen_known`; the mask is then all True and is not built)."""
         if self.estimator == "batch":
-            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone(), seen
-        count = self.count.clamp_min(1e-12)
+            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone()
+        count = self._buffer("count").clamp_min(1e-12)
         # ||sum_k / n_k||_p = ||sum_k||_p / n_k, from the cached ||S_k||_p^2: no [K, d] pass.
         if not self._norm_cache_valid:
             self._refresh_norm_cache()
-        raw_norm = self.feature_sum_norm_sq / count.square()
+        raw_norm = self._buffer("feature_sum_norm_sq") / count.square()
         if self.norm_p != 2.0:
-            spread = self.deviation_sum / self.count.clamp_min(1e-12)
+            spread = self.deviation_sum / self._buffer("count").clamp_min(1e-12)
         else:
-            spread = (self.sq_norm_sum / count - raw_norm).clamp_min(0.0)
+            spread = (self._buffer("sq_norm_sum") / count - raw_norm).clamp_min(0.0)
         if self.center:
-            return self._norm_sq(self.means() - self.global_center()) * seen, spread, seen
+            centred = self._norm_sq(self.means() - self.global_center())
+            return (centred if seen is None else centred * seen), spread
         # An unseen class has S_k = 0, so raw_norm is 0 there already (no mask needed).
-        return raw_norm, spread, seen
+        return raw_norm, spread
 
     def mean_sq_norm(self) -> torch.Tensor:
         """[K] ``||mu_k||_p^2`` (of the centred means with ``center=True``)."""
