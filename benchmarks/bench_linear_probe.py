@@ -5,9 +5,9 @@ are the head's input and need no gradient, so :class:`mr2.MR2Loss` leaves its re
 of the training step (docs/mr2.md, "Linear probe"). One step: the head's forward, the loss (MR2: the
 class statistics' update and the logit term), ``zero_grad``, backward and an SGD step, on CPU, float32.
 
-Timed side by side, interleaved step by step in one process (the same batches, seed 0), the variants'
-order rotated by one place per repeat (``--fixed-order``: the same order every repeat, as before
-2026-12-06, when the place right after cross-entropy's step was measured to cost about 20 %):
+Timed side by side, interleaved step by step in one process (the same batches, seed 0), the variants in
+a random order per repeat (``--fixed-order``: the same order every repeat, as before 2026-12-06, when
+the place right after cross-entropy's step was measured to cost about 20 %):
 
 - ``ce``: ``F.cross_entropy``;
 - ``mr2``: ``MR2Loss(K)``, the default (``T = d``), features as a linear probe gives them (no gradient);
@@ -35,6 +35,7 @@ import atexit
 import datetime
 import os
 import platform
+import random
 import re
 import shlex
 import shutil
@@ -106,14 +107,15 @@ def _loss_for(name: str, num_classes: int) -> tuple[Callable[..., torch.Tensor],
 
 def run_case(
     num_classes: int, *, batch: int = 512, dim: int = 768, warmup: int = 5, repeats: int = 61, seed: int = 0,
-    rotate: bool = True,
+    shuffle: bool = True,
 ) -> dict[str, list[float]]:
     """Milliseconds per training step of every variant of :data:`VARIANTS`, interleaved.
 
-    ``rotate``: repeat ``r`` runs the variants in their order rotated by ``r`` places, so that each
-    variant takes each place in the round equally often (the step right after cross-entropy's was
-    measured about 20 % slower than the same step two places later, 2026-12-06); False: always in the
-    order of :data:`VARIANTS` (the runs before that date).
+    ``shuffle``: each repeat runs the variants in a fresh random order (seeded by ``seed``), so that
+    each variant follows each other one equally often on average: in one fixed order the step right
+    after cross-entropy's was measured about 20 % slower than the same step (the paper's form) one place
+    later (2026-12-06), and a rotated order keeps who follows whom. False: always in the order of
+    :data:`VARIANTS` (the runs before that date).
     """
     g = torch.Generator().manual_seed(seed)
     batches = [
@@ -140,9 +142,13 @@ def run_case(
         optimizer.step()
         return 1e3 * (time.perf_counter() - start)
 
-    def order(r: int) -> tuple[str, ...]:
-        shift = r % len(variants) if rotate else 0
-        return variants[shift:] + variants[:shift]
+    shuffler = random.Random(seed)
+
+    def order(r: int) -> list[str]:
+        names = list(variants)
+        if shuffle:
+            shuffler.shuffle(names)
+        return names
 
     for r in range(warmup):
         for name in order(r):
@@ -195,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="REV", default=None,
                         help="also time MR2Loss of git revision REV in the same loop (before / after)")
     parser.add_argument("--fixed-order", action="store_true",
-                        help="run the variants in one fixed order every repeat (default: rotated per repeat)")
+                        help="the variants in one fixed order every repeat (default: random per repeat)")
     args = parser.parse_args(argv)
     if args.baseline is not None:
         print(f"baseline: MR2Loss of {args.baseline} as 'mr2 @{args.baseline}'")
@@ -210,10 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup, repeats = (1, 2) if args.quick else (5, args.repeats)
     results = [
         (k, run_case(k, batch=args.batch, dim=args.dim, warmup=warmup, repeats=repeats, seed=args.seed,
-                     rotate=not args.fixed_order))
+                     shuffle=not args.fixed_order))
         for k in args.classes
     ]
-    order = "one fixed order" if args.fixed_order else "order rotated per repeat"
+    order = "one fixed order" if args.fixed_order else "a random order per repeat"
     print(f"Linear-probe training step (head forward, loss, backward, SGD step), {repeats} interleaved "
           f"repeats ({order}):")
     print(format_table(results, batch=args.batch, dim=args.dim))

@@ -117,3 +117,28 @@ def test_anything_else_that_changes_the_counts_turns_the_shortcut_off():
     stats.count.fill_(1.0)
     stats.to(torch.float64)  # samples_seen stays int64: same tensor, still known after a check
     assert stats.note_all_seen()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_many_class_paths_norm_cache_is_that_of_the_state(dtype):
+    # K >= B on CPU: the changed rows' norms are gathered after the update instead of a pass over the
+    # [K, d] state; the cache must equal that pass (and the moments the float64 oracle's).
+    from core import oracles
+
+    k, b = 40, 24
+    loss = MR2Loss(k, momentum=0.8).to(dtype)
+    stats = loss.statistics
+    batches = []
+    for seed in range(6):
+        logits, features, target = _batch(seed, k, b, dtype=dtype)
+        if seed == 0:
+            target[:b] = torch.arange(b)
+        loss(logits, features, target)
+        batches.append((features, target))
+        assert stats._norm_cache_valid or seed == 0
+        full = torch.linalg.vector_norm(stats.feature_sum, dim=1).square()
+        torch.testing.assert_close(stats.feature_sum_norm_sq, full, rtol=1e-6 if dtype == torch.float32 else 1e-14, atol=0)
+    _, msq, spread = oracles.pooled_statistics(batches, k, 0.8)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(stats.mean_sq_norm(), torch.tensor(msq, dtype=dtype), rtol=tol, atol=tol)
+    torch.testing.assert_close(stats.spread(), torch.tensor(spread, dtype=dtype), rtol=tol * 100, atol=tol)
