@@ -2,7 +2,7 @@
 
 Times ONE training step of the loss: statistics update + forward + backward (gradients with respect
 to both the logits and the features), on CPU, for these implementations measured side by side in one
-run (interleaved repeats):
+run (interleaved repeats, the implementations in a random order per repeat, seeded):
 
 - ``loop``: the per-class loop baseline (released-code style), defined in this file. It follows the
   arithmetic and the structure of the released research code (BeierZhu/MR2,
@@ -49,6 +49,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import shlex
 import statistics
 import subprocess
@@ -343,8 +344,14 @@ def time_size(size: Size, *, quick: bool = False, seed: int = 0, loop: bool = Tr
             training_step(loss_fn, batches[i % BATCH_POOL])
     times: dict[str, list[float]] = {name: [] for name in losses}
     faults: dict[str, int] = dict.fromkeys(losses, 0)
+    # A random order per repeat: each implementation follows each other one equally often on average
+    # (in one fixed order a step's time depended on the one before it; bench_linear_probe.py).
+    shuffler = random.Random(seed)
+    names = list(losses)
     for r in range(max(repeats.values())):
-        for name, loss_fn in losses.items():
+        shuffler.shuffle(names)
+        for name in names:
+            loss_fn = losses[name]
             if r >= repeats[name]:
                 continue
             batch = batches[r % BATCH_POOL]
