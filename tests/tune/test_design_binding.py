@@ -124,3 +124,18 @@ def test_the_plan_compares_each_look_with_the_binding_level_and_bonferroni_over_
     levels = sorted({(look.look, look.boundary) for look in advice.looks})
     assert [level for _, level in levels] == pytest.approx(expected, rel=1e-12)
     assert not advice.adopt
+
+
+def test_the_printed_rule_says_when_the_levels_count_on_the_futility_stop():
+    from dataclasses import replace
+
+    from mr2.tune.design import DEFAULT_DESIGN
+    from mr2.tune.text import design_text
+
+    binding = design_text(replace(DEFAULT_DESIGN, boundaries="binding"))
+    assert ("spent by the obrien-fleming rule (exact levels of t-tests at those seed counts that count on the "
+            "futility stop: before the last look a contender stops when its t statistic is at or below 0.5), "
+            "and its test overall accuracy") in binding
+    assert "exact levels" not in design_text(DEFAULT_DESIGN)  # union levels: nothing counted on
+    assert "(exact levels of t-tests at those seed counts), and" in design_text(
+        Design(contenders=2, confirmation_looks=(3, 6), boundaries="binding"))

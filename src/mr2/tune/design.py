@@ -26,25 +26,32 @@ differences over the seeds so far), at the NOMINAL level ``a_j`` of that look:
 
 - ``a_j`` spends ``alpha / m`` (``m`` = the number of contenders: Bonferroni over the contenders)
   over the looks (:func:`nominal_levels`) with a Lan-DeMets spending function (O'Brien-Fleming or
-  Pocock type) or a plain split ``alpha / (m L)`` over ``L`` looks; by default
-  (``boundaries="union"``) the spent increments are the nominal levels themselves, so that the
-  union bound makes the rule exactly valid with the t-tests' p-values; ``"recursive"`` uses the
-  group-sequential boundaries computed for normal statistics instead (slightly liberal with t-tests);
+  Pocock type) or a plain split ``alpha / (m L)`` over ``L`` looks; with ``boundaries="union"`` the
+  spent increments are the nominal levels themselves, so that the union bound makes the rule valid
+  with the t-tests' p-values whatever the looks' dependence (conservative: the looks overlap, and a
+  futility stop only removes chances; the default's); ``"binding"`` computes the levels of the
+  one-sided paired t-tests at the looks' seed counts with the futility stops counted on
+  (:func:`binding_levels`), so the spending function's level is spent exactly under normal seed noise;
+  ``"recursive"`` uses the group-sequential boundaries computed for normal statistics (slightly
+  liberal with t-tests);
 - a contender is **adopted** when its verdict is ``confirmed`` at ``a_j``: ``p_greater < a_j`` and
   its mean test overall-accuracy change is not below minus ERM's seed standard error of test overall
   accuracy (overall accuracy not worse beyond noise). If several are, the one with the largest mean
   hard-tier difference. Everything stops;
 - a contender whose hard-tier test is significant at ``a_j`` but costs overall accuracy is ruled out
   (``overall_cost``); at an interim look, one whose t statistic is at or below ``futility`` is
-  dropped (a non-binding futility stop: it can only lower the error rate);
+  dropped (with ``union`` levels a non-binding stop, which can only lower the error rate; with
+  ``binding`` levels the levels count on it, and the plan always stops);
 - after the last look, a contender not adopted is not adopted.
 
 Why the error rate holds: the confirmation's seeds and split are fresh, so, given the choice, each
 contender's sequence of test statistics is that of a new experiment; a useless contender (no better
 than ERM on the test hard tier) is adopted only if one of its looks rejects, which has probability at
 most the sum of its nominal levels, ``alpha / m`` (union bound; each look's one-sided paired t-test is
-exact under normal seed noise; dropping a contender early only removes chances), and a union over
-the ``m`` contenders gives at most ``alpha``, whatever the selection did. With a screen
+exact under normal seed noise; dropping a contender early only removes chances), or, with ``binding``
+levels, exactly ``alpha / m`` (the joint law of its t statistics at the looks, futility stops
+included, does not depend on the noise's SD under the null); a union over the ``m`` contenders gives
+at most ``alpha``, whatever the selection did. With a screen
 (:attr:`Design.screen`, the default's), the screen adopts nothing and only the finalist is tested, on
 the seeds after the screen, at the whole ``alpha``: those seeds are fresh given everything that chose
 it (the selection, the screen and the hard classes ranked on ERM's screen runs), so a useless finalist
@@ -59,9 +66,10 @@ test split and adopts nothing: the contender with the largest mean test hard-tie
 are ranked again on ERM's screen runs. The finalist and ERM are then trained on the seeds after the
 screen, 3 at a time up to 12; after 3, 6, 9 and 12 of them the finalist's one-sided paired t-test of
 the test hard tier against ERM is compared with its nominal level, O'Brien-Fleming-type spending of
-the whole 0.05; it is adopted at the first look it passes with overall accuracy not worse beyond
-noise, dropped at t <= 0.5 before the last look, and ERM is kept when it does not pass. When ERM alone
-remains (no eligible candidate), nothing is trained on the confirmation seeds. The design before
+the whole 0.05 (union levels: 0.009 %, 0.55 %, 1.81 %, 2.64 %); it is adopted at the first look it
+passes with overall accuracy not worse beyond noise, dropped at t <= 0.5 before the last look, and ERM
+is kept when it does not pass. When ERM alone remains (no eligible candidate), nothing is trained on
+the confirmation seeds. The design before
 issue 44's screen (racing selection 1 then 3 seeds, the 4 best confirmed with Bonferroni over them at
 3, 6 and 9 seeds) is ``RACING_DESIGN`` in the benchmark.
 
@@ -76,8 +84,11 @@ Issue 44 added options measured in the benchmark and NOT made the default (none 
 rule stated in docs/benchmarks/tune-operating-characteristics.md): ``variance="pooled"`` (each
 contender's t-test uses the larger of its own SD and the two-way residual pooled over ERM and every
 contender, :func:`pooled_spread`), ``multiplicity="max_t"`` (the contenders share each look's level
-through their largest t, :func:`max_t_level`) and ``selection_guard="none"``. A contender whose run
-reported a feature collapse, or that lost more than :data:`mr2.tune.verdict.LOSS_LIMIT` ERM seed SDs
+through their largest t, :func:`max_t_level`), ``selection_guard="none"`` and ``boundaries="binding"``
+(:func:`binding_levels`: it passed its simulated rule, +4.3 points at +0.5 with the null at 3.8 %
+instead of 2.7 %, but on real trainings it found nothing more and adopted a useless configuration
+in 6.5 % of the new-user study's null tunes instead of 2.9 %; BENCHMARKS.md section 10d). A contender
+whose run reported a feature collapse, or that lost more than :data:`mr2.tune.verdict.LOSS_LIMIT` ERM seed SDs
 on one seed, is ``unstable``: named and not adopted (decision and reason ``unstable``).
 """
 

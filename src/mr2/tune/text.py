@@ -352,16 +352,28 @@ def design_text(design: Design) -> str:
             f"is the FINALIST.{tiers} The finalist alone goes on, against ERM on the seeds after the "
             f"screen, {looks}: it is ADOPTED only if a one-sided paired t-test of its test hard-tier gain "
             f"over ERM on those seeds rejects 'no better than ERM' at level {design.alpha:g} over its "
-            f"looks, spent by the {design.spending.replace('_', '-')} rule, and its test overall accuracy "
-            "is not below ERM's by more than ERM's seed standard error. Otherwise the advice is ERM."
+            f"looks, spent by the {design.spending.replace('_', '-')} rule{_binding_text(design)}, and its "
+            "test overall accuracy is not below ERM's by more than ERM's seed standard error. Otherwise "
+            "the advice is ERM."
         )
     return (
         f"{selection}; {gate}. Confirmation on the test split with fresh seeds, {looks}: a contender is "
         f"ADOPTED only if a one-sided paired t-test of its test hard-tier gain over ERM rejects 'no better "
         f"than ERM' at level {design.alpha:g} over all contenders and looks{split}, spent by the "
-        f"{design.spending.replace('_', '-')} rule, and its test overall accuracy is not below ERM's by "
-        "more than ERM's seed standard error. Otherwise the advice is ERM."
+        f"{design.spending.replace('_', '-')} rule{_binding_text(design)}, and its test overall accuracy "
+        "is not below ERM's by more than ERM's seed standard error. Otherwise the advice is ERM."
     )
+
+
+def _binding_text(design: Design) -> str:
+    """How the looks' levels count on the futility stops (``boundaries="binding"``), or ""."""
+    looks = design.confirmation_looks
+    if design.boundaries != "binding" or looks is None or len(looks) < 2:
+        return ""
+    if design.futility is None:
+        return " (exact levels of t-tests at those seed counts)"
+    return (" (exact levels of t-tests at those seed counts that count on the futility stop: before the "
+            f"last look a contender stops when its t statistic is at or below {design.futility:g})")
 
 
 _REASONS = {
