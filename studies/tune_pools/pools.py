@@ -147,6 +147,7 @@ def train(args: argparse.Namespace) -> None:
     from mr2.config import config_from_dict
     from mr2.tune.engine_source import EngineSource
     from mr2.tune.request import make_request
+    from mr2.tune.trials import Trial
     from mr2.tune.selection import split_halves
 
     seeds = parse_seeds(args.seeds)
@@ -181,7 +182,8 @@ def train(args: argparse.Namespace) -> None:
           f"from {Path(mr2.__file__).parent}, {len(done)} runs stored already", flush=True)
     try:
         for seed in (reversed(seeds) if args.descending else seeds):
-            trials = [request.trial("confirmation", label, seed) for label in labels
+            # built directly: the pool trains with the mr2 of a fixed commit (any version's Trial)
+            trials = [Trial("confirmation", request.candidate(label), seed) for label in labels
                       if (label, seed) not in done]
             for trial in trials:
                 # Another process filling the same pool (e.g. from the other end, --descending) may

@@ -23,6 +23,7 @@ from mr2.tune.command import (
     check_command,
     command_source,
 )
+from mr2.tune.design import Request
 from mr2.tune.request import make_request
 
 SCRIPT = Path(__file__).with_name("command_script.py")
@@ -76,7 +77,7 @@ def test_placeholders_outside_quotes_and_the_environment_variables_are_accepted(
 def test_seed_in_arithmetic_is_a_number_and_braces_stay_literal(tmp_path, shell):
     request = make_request(num_classes=K, candidates="quick", output_dir=tmp_path, name="c")
     source = command_source("printf '%s\\n' $(( {seed} + 100 )) \"$(( ({seed}) * 2 ))\" {out} {loss} '{{x}}'", request)
-    trial = request.trial("selection", "erm", 7)
+    trial = request.trial(Request("selection", "erm", 7))
     env = {**os.environ, **source.environment(trial)}
     printed = subprocess.run([shell, "-c", source.shell_command(trial)], env=env, capture_output=True, text=True,
                              check=True).stdout.splitlines()
@@ -98,7 +99,7 @@ def test_a_value_no_quoting_can_reopen_reaches_the_command_as_one_word(tmp_path,
     output_dir = tmp_path / dangerous.format(marker=marker)
     request = make_request(num_classes=K, candidates="quick", output_dir=output_dir, name="c")
     source = command_source("printf '%s\\n' {out} {seed} {loss}", request, check_output=False)
-    trial = request.trial("selection", "mr2-paper-c1", 3)
+    trial = request.trial(Request("selection", "mr2-paper-c1", 3))
     printed = _run(source, trial).stdout.splitlines()
     assert printed == [str(source.store.path(trial) / "output"), "3",
                        json.dumps(trial.candidate.loss_spec(), separators=(",", ":"))]

@@ -242,3 +242,20 @@ def test_a_partials_bound_arguments_are_part_of_the_record():
     assert first["function"] != function_identity(functools.partial(train, lr=0.2, data=object()))["function"]
     assert function_identity(functools.partial(functools.partial(train, 1), lr=(1, "a")))["function"].endswith(
         "train(1, lr=(1, 'a'))")
+
+
+def test_a_plan_request_becomes_a_trial_in_one_place_and_back(tmp_path):
+    """design.Request (the pure plan's phase, label, seed) and trials.Trial (the same, bound to its
+    Candidate): TuneRequest.trial is the one conversion, and Trial.request goes back."""
+    from mr2.tune.design import Request
+    from mr2.tune.request import make_request
+
+    request = make_request(num_classes=3, output_dir=tmp_path, name="t")
+    first = request.plan().next_round()
+    assert first and len({item.label for item in first}) == len(request.candidates)
+    for item in first:
+        trial = request.trial(item)
+        assert trial.request == item
+        assert trial.candidate.label == item.label and trial.candidate.num_classes == 3
+        assert trial.name == f"{item.phase}/{item.label}@{item.seed}"
+    assert request.trial(Request("confirmation", "erm", 99)).key == "confirmation/erm/seed=99"

@@ -27,6 +27,7 @@ from mr2.tune.command import (
     command_source,
     interpreter_warning,
 )
+from mr2.tune.design import Request
 from mr2.tune.driver import TUNE_LOCKED, describe
 from mr2.tune.request import OUTPUT_IS_FILE, make_request
 
@@ -395,7 +396,7 @@ def test_out_is_an_absolute_path_that_cannot_read_as_an_option(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     request = make_request(num_classes=K, candidates="quick", output_dir="-o", name="c")
     source = command_source("t {loss} {seed} {out}", request)
-    trial = request.trial("selection", "erm", 0)
+    trial = request.trial(Request("selection", "erm", 0))
     assert source.command(trial).endswith(f" {tmp_path}/-o/c/trials/selection/erm/seed=0/output")
 
 

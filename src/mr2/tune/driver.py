@@ -162,7 +162,7 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
     first = plan.next_round()
     lines.append(f"first round ({len(first)} trials):")
     for item in first:
-        trial = request.trial(item.phase, item.label, item.seed)
+        trial = request.trial(item)
         state = "finished" if source.is_finished(trial) else "to run"
         lines.append(f"  {trial.name:<48} {state}")
         if commands:
@@ -431,7 +431,7 @@ def _rounds(run: _Run) -> None:
             break
         if batch[0].phase == CONFIRMATION:
             run.announce_choice()
-        run.round([run.request.trial(item.phase, item.label, item.seed) for item in batch])
+        run.round([run.request.trial(item) for item in batch])
 
 
 def _finish(run: _Run) -> TuneResult:

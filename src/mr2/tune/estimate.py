@@ -31,7 +31,7 @@ import torch
 from mr2.config import RunConfig
 from mr2.sweep.processes import default_threads
 from mr2.tune.candidates import REFERENCE_LABEL
-from mr2.tune.design import SELECTION
+from mr2.tune.design import SELECTION, Request
 from mr2.tune.engine_source import EngineSource
 from mr2.tune.source import TrialSource, format_seconds
 
@@ -265,7 +265,7 @@ def time_one_trial(request: TuneRequest, make_source: Callable[[TuneRequest], Tr
     """
     scratch = Path(tempfile.mkdtemp(prefix="mr2-tune-timing-"))
     timing = dataclasses.replace(request, output_dir=str(scratch))
-    trial = timing.trial(SELECTION, REFERENCE_LABEL, timing.seeds[0])
+    trial = timing.trial(Request(SELECTION, REFERENCE_LABEL, timing.seeds[0]))
     print(f"timing one trial: {trial.name} (in {scratch}, removed afterwards)", file=stream, flush=True)
     try:
         [result] = make_source(timing).run([trial], stream)

@@ -20,7 +20,7 @@ from mr2.tune.candidates import (
     check_candidate_set,
 )
 from mr2.tune.candidates import candidates as members
-from mr2.tune.design import DEFAULT_DESIGN, Design, Plan
+from mr2.tune.design import DEFAULT_DESIGN, Design, Plan, Request
 from mr2.tune.errors import TuneInputError
 from mr2.tune.loss_spec import parse_loss_spec
 from mr2.tune.selection import CRITERIA
@@ -123,8 +123,9 @@ class TuneRequest:
         return Plan(self.labels, reference=REFERENCE_LABEL, criterion=self.criterion,
                     selection_seeds=self.seeds, confirmation_seeds=self.confirm_seeds, design=self.design)
 
-    def trial(self, phase: str, label: str, seed: int) -> Trial:
-        return Trial(phase, self.candidate(label), seed)
+    def trial(self, item: Request) -> Trial:
+        """The plan's request ``item`` bound to its candidate."""
+        return Trial(item.phase, self.candidate(item.label), item.seed)
 
     def with_num_classes(self, num_classes: int) -> TuneRequest:
         """The request with K known (set on every candidate too)."""

@@ -30,7 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +38,9 @@ from numpy.typing import NDArray
 from mr2.io import atomic_write_bytes, atomic_write_json, read_bounded
 from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed
+
+if TYPE_CHECKING:
+    from mr2.tune.design import Request
 
 __all__ = [
     "PRODUCER_DIFFERS",
@@ -128,7 +131,9 @@ def class_ids(item: Predictions) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
 
 @dataclass(frozen=True)
 class Trial:
-    """One (candidate, seed) of one phase."""
+    """One (candidate, seed) of one phase: the plan's :class:`mr2.tune.design.Request` (phase, label,
+    seed; the plan is pure and knows labels only) bound to its :class:`Candidate` by
+    :meth:`mr2.tune.request.TuneRequest.trial`, the one place a request becomes a trial."""
 
     phase: str
     candidate: Candidate
@@ -143,6 +148,13 @@ class Trial:
     def key(self) -> str:
         """Its directory under ``trials/``."""
         return f"{self.phase}/{self.candidate.label}/seed={self.seed}"
+
+    @property
+    def request(self) -> Request:
+        """The plan's request this trial answers."""
+        from mr2.tune.design import Request
+
+        return Request(self.phase, self.candidate.label, self.seed)
 
 
 @dataclass(frozen=True)
