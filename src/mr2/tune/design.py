@@ -771,6 +771,8 @@ class Advice:
         screen_seeds: the fresh seeds of the screen ([] when no screen ran); its looks have index 0
             and the finalist's looks 1, 2, ...
         screen_tiers: the hard classes were ranked again on ERM's test runs of the screen.
+        confirmation_pool: the confirmation seeds the tune was given (0: not known); fewer than
+            :attr:`Design.confirmation_seeds` cut the design short, and the advice says so.
     """
 
     adopt: bool
@@ -784,6 +786,7 @@ class Advice:
     design: Design = DEFAULT_DESIGN
     screen_seeds: list[int] = field(default_factory=list)
     screen_tiers: bool = False
+    confirmation_pool: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -798,6 +801,7 @@ class Advice:
             "design": self.design.to_dict(),
             "screen_seeds": self.screen_seeds,
             "screen_tiers": self.screen_tiers,
+            "confirmation_pool": self.confirmation_pool,
         }
 
 
@@ -1029,6 +1033,7 @@ class Plan:
             design=self.design,
             screen_seeds=list(self.confirmation_seeds[:self._offset]),
             screen_tiers=self._screen_tiers is not None,
+            confirmation_pool=len(self.confirmation_seeds),
         )
 
     def max_trainings(self) -> int:

@@ -523,11 +523,67 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
     if not mean > 0:
         return "no_gain", (f"No gain: on fresh seeds {label}'s mean change of the test hard tier against ERM "
                            f"was {_points(mean)} points over {n} seeds{others}.")
+    statistic = last[label].statistic if reached else (verdict.t_statistic if verdict else math.nan)
     return "gain_below_level", (
         f"A gain below the level: on fresh seeds {label} gained {_points(mean)} points on the test hard tier "
         f"over {n} seeds, not significant at the level its look allots (p = {_p(p)} for a gain; needed "
         f"below {_level(level)}){others}. A useless configuration shows a positive mean change half the "
-        "time: this is not evidence enough to change.")
+        "time: this is not evidence enough to change." + _short_pool(advice, mean, statistic, n))
+
+
+def _short_pool(advice: Advice, mean: float, statistic: float, n: int) -> str:
+    """What a confirmation pool smaller than the design's cost, and the seeds a decision would need
+    (issue 44: ``--confirm-seeds 3`` told a +2-point contender KEEP ERM without a word on it)."""
+    design, pool = advice.design, advice.confirmation_pool
+    full = design.confirmation_seeds
+    if not 0 < pool < full:
+        return ""
+    skipped = "the screen was skipped and " if design.screen and not advice.screen_seeds else ""
+    looks = f" and looks up to {max(design.confirmation_looks)}" if design.confirmation_looks else ""
+    screen = f"a screen of {design.screen}{looks}" if design.screen else f"looks up to {full}"
+    sentence = (f" The confirmation pool had {pool} seeds, fewer than the {full} the design uses ({screen}), "
+                f"so {skipped}this test had {n} seeds.")
+    level = _last_level(design)
+    needed = seeds_needed(mean, mean * math.sqrt(n) / statistic if statistic > 0 else math.nan, level)
+    if needed is not None:
+        sentence += (f" At the gain and spread seen here, one test at {_level(level)} (the level of the "
+                     f"design's last look) would need about {needed} paired seeds (optimistic: the best of "
+                     "several candidates usually looks better than it is).")
+    return sentence + (
+        f" A decision at the stated error rate needs the design's {full} (--confirm-seeds {full}, "
+        f"confirm_seeds={full} in Python); a second run reuses these seeds, and deciding on it because "
+        "this one fell short can adopt a useless configuration up to about twice the stated rate.")
+
+
+def _last_level(design: Design) -> float:
+    """The nominal level of the design's last look for its finalist (or each contender, without a
+    screen) when the whole confirmation pool is given."""
+    from mr2.tune.design import binding_levels, nominal_levels
+
+    looks = design.confirmation_looks or (design.confirmation_seeds,)
+    alpha = design.alpha if design.screen else design.alpha / design.contenders
+    if design.boundaries == "binding":
+        return binding_levels(looks, alpha, design.spending, design.futility)[-1]
+    return nominal_levels([n / looks[-1] for n in looks], alpha, design.spending, design.boundaries)[-1]
+
+
+def seeds_needed(mean: float, sd: float, level: float, limit: int = 1000) -> int | None:
+    """The fewest paired seeds at which a one-sided t-test at ``level`` would pass for a true mean
+    difference ``mean`` with spread ``sd`` (its t statistic ``mean * sqrt(n) / sd`` above the critical
+    t with ``n - 1`` degrees of freedom); None when not within ``limit`` or not defined.
+
+    Example:
+        >>> seeds_needed(1.0, 1.0, 0.05)  # 1.0 * sqrt(5) = 2.24 > 2.13 (4 df); 2.0 < 2.35 at 4 seeds
+        5
+    """
+    import numpy as np
+    from scipy import stats
+
+    if not (mean > 0 and sd > 0 and math.isfinite(mean) and math.isfinite(sd)):
+        return None
+    n = np.arange(2, limit + 1)
+    passes = mean * np.sqrt(n) / sd > stats.t.isf(level, n - 1)
+    return int(n[np.argmax(passes)]) if passes.any() else None
 
 
 def _adopt_limits(advice: Advice) -> list[str]:
