@@ -536,11 +536,11 @@ def _short_pool(advice: Advice, mean: float, statistic: float, n: int) -> str:
     (issue 44: ``--confirm-seeds 3`` told a +2-point contender KEEP ERM without a word on it)."""
     design, pool = advice.design, advice.confirmation_pool
     full = design.confirmation_seeds
-    if not 0 < pool < full:
+    if design.confirmation_looks is None or not 0 < pool < full:  # None: the design takes any pool
         return ""
     skipped = "the screen was skipped and " if design.screen and not advice.screen_seeds else ""
-    looks = f" and looks up to {max(design.confirmation_looks)}" if design.confirmation_looks else ""
-    screen = f"a screen of {design.screen}{looks}" if design.screen else f"looks up to {full}"
+    last = max(design.confirmation_looks)
+    screen = f"a screen of {design.screen} and looks up to {last}" if design.screen else f"looks up to {last}"
     sentence = (f" The confirmation pool had {pool} seeds, fewer than the {full} the design uses ({screen}), "
                 f"so {skipped}this test had {n} seeds.")
     level = _last_level(design)
