@@ -40,6 +40,7 @@ __all__ = [
     "look_lines",
     "rule_text",
     "script_paste",
+    "seeds_needed",
     "size_warning",
     "train_fn_paste",
     "verdict_lines",
