@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from helpers import classification_batch
+from helpers.compiled import eager_and_compiled
 from mr2 import MR2Loss
 
 
@@ -21,9 +20,7 @@ def test_mr2_loss_compiles_without_graph_breaks(variant):
 
 
 def test_compiled_loss_equals_eager_loss_and_gradients():
-    eager = MR2Loss(4, feature_dim=6)
-    compiled_module = copy.deepcopy(eager)
-    compiled = torch.compile(compiled_module, backend="aot_eager", fullgraph=True)
+    eager, compiled_module, compiled = eager_and_compiled(MR2Loss(4, feature_dim=6), backend="aot_eager")
     for step in range(3):
         logits, features, target = classification_batch(16, 4, 6, dtype=torch.float32)
         features = (features + step).requires_grad_()

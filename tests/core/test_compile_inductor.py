@@ -4,25 +4,18 @@ loss's values, gradients and statistics (the compiled graph takes the dense pair
 
 from __future__ import annotations
 
-import copy
-import shutil
-
 import pytest
 import torch
 
+from helpers.compiled import eager_and_compiled, needs_cpp_compiler
 from mr2 import MR2Loss
-
-_NO_COMPILER = not any(shutil.which(name) for name in ("c++", "g++", "clang++"))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_NO_COMPILER, reason="torch.compile's CPU inductor backend needs a C++ compiler (none on PATH)")
+@needs_cpp_compiler
 @pytest.mark.parametrize("variant", ["distance_1d", "paper"])
 def test_mr2_loss_compiles_with_fullgraph_on_the_cpu_inductor(variant):
-    torch._dynamo.reset()
-    eager = MR2Loss.from_variant(variant, 4, feature_dim=6)
-    compiled_module = copy.deepcopy(eager)
-    compiled = torch.compile(compiled_module, fullgraph=True)  # default backend: inductor
+    eager, compiled_module, compiled = eager_and_compiled(MR2Loss.from_variant(variant, 4, feature_dim=6))
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         target = torch.randint(0, 4, (16,), generator=g)
@@ -43,14 +36,11 @@ def test_mr2_loss_compiles_with_fullgraph_on_the_cpu_inductor(variant):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_NO_COMPILER, reason="torch.compile's CPU inductor backend needs a C++ compiler (none on PATH)")
+@needs_cpp_compiler
 def test_many_classes_statistics_compile_with_fullgraph_and_match_eager():
     # K > B / 2: the statistics' row update; the eager CPU step may read on the host (a class seen for
     # the first time or not), the compiled one must not (fullgraph), with the same values.
-    torch._dynamo.reset()
-    eager = MR2Loss(12, feature_dim=6)
-    compiled_module = copy.deepcopy(eager)
-    compiled = torch.compile(compiled_module, fullgraph=True)
+    eager, compiled_module, compiled = eager_and_compiled(MR2Loss(12, feature_dim=6))
     g = torch.Generator().manual_seed(0)
     for step in range(3):
         target = torch.randint(0, 12, (16,), generator=g)

@@ -15,16 +15,12 @@
 
 from __future__ import annotations
 
-import copy
-import shutil
-
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from helpers.compiled import eager_and_compiled, needs_cpp_compiler
 from mr2 import MR2Loss
-
-_NO_COMPILER = not any(shutil.which(name) for name in ("c++", "g++", "clang++"))
 
 
 class _CountOps(TorchDispatchMode):
@@ -177,12 +173,9 @@ def test_float64_statistics_follow_the_oracle_to_float64_precision(k, b):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_NO_COMPILER, reason="torch.compile's CPU inductor backend needs a C++ compiler (none on PATH)")
+@needs_cpp_compiler
 def test_a_probe_step_compiles_with_fullgraph_and_defers_the_same_parts():
-    torch._dynamo.reset()
-    eager = MR2Loss(4, feature_dim=6)
-    compiled_module = copy.deepcopy(eager)
-    compiled = torch.compile(compiled_module, fullgraph=True)  # default backend: inductor
+    eager, compiled_module, compiled = eager_and_compiled(MR2Loss(4, feature_dim=6))
     for seed in range(3):
         logits, features, target = _batch(seed, 4, b=16, d=6)
         z1, z2 = logits.detach().clone().requires_grad_(), logits.detach().clone().requires_grad_()
