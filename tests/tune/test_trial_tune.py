@@ -114,8 +114,8 @@ def test_the_python_api_chooses_on_validation_and_records_report_and_verdict(tun
 def test_the_python_dry_run_describes_the_plan_writes_nothing_and_sees_finished_trials(tuned, tmp_path):
     from mr2.tune import describe_tune
 
-    fresh = describe_tune(num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=tmp_path,
-                          name="sim")
+    fresh = describe_tune(simulated, num_classes=K, candidates="quick", seeds=3, confirm_seeds=3,
+                          output_dir=tmp_path, name="sim")
     assert list(tmp_path.iterdir()) == []  # nothing written
     plan = make_request(num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=tmp_path,
                         name="sim").plan()
@@ -124,10 +124,11 @@ def test_the_python_dry_run_describes_the_plan_writes_nothing_and_sees_finished_
     assert fresh.count(" to run") == len(first) and "finished" not in fresh
     assert "your train_fn runs the losses" in fresh
     out, _ = tuned  # the same tune, run: its first round is on disk
-    done = describe_tune(num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=out, name="sim")
+    done = describe_tune(simulated, num_classes=K, candidates="quick", seeds=3, confirm_seeds=3, output_dir=out,
+                         name="sim")
     assert done.count(" finished") == len(first) and " to run" not in done
     with pytest.raises(TuneInputError, match="seeds"):
-        describe_tune(num_classes=K, seeds=[1, 1], output_dir=tmp_path, name="x")
+        describe_tune(simulated, num_classes=K, seeds=[1, 1], output_dir=tmp_path, name="x")
 
 
 def test_test_predictions_of_selection_trials_cannot_change_the_choice_and_a_rerun_resumes(tuned, capsys):
@@ -303,8 +304,9 @@ def test_the_seed_pools_default_to_the_designs_as_the_docstring_says(tmp_path):
     request = make_request(num_classes=K, output_dir=tmp_path, name="t")
     assert (len(request.seeds), len(request.confirm_seeds)) == (DEFAULT_DESIGN.selection_seeds,
                                                                 DEFAULT_DESIGN.confirmation_seeds)
-    assert describe_tune(num_classes=K, output_dir=tmp_path, name="t") == describe_tune(
-        num_classes=K, output_dir=tmp_path, name="t", seeds=request.seeds, confirm_seeds=request.confirm_seeds)
+    assert describe_tune(simulated, num_classes=K, output_dir=tmp_path, name="t") == describe_tune(
+        simulated, num_classes=K, output_dir=tmp_path, name="t", seeds=request.seeds,
+        confirm_seeds=request.confirm_seeds)
 
 
 def test_a_trial_directory_of_another_tune_is_refused_not_reused(tmp_path):

@@ -1,15 +1,22 @@
 """``mr2 tune`` from Python: :func:`tune` (your own training function) and :func:`describe_tune` (its
-dry run). :func:`tune` builds a :class:`mr2.tune.request.TuneRequest` and a
-:class:`mr2.tune.source.FunctionSource` and calls the one driver, :func:`mr2.tune.driver.run_tune`;
-mr2's engine with a run configuration is ``mr2 tune --config`` (:mod:`mr2.tune.engine_source`).
+dry run: the same call, nothing run). Both check their arguments in :func:`_prepared_tune`, which
+builds a :class:`mr2.tune.request.TuneRequest` and a :class:`mr2.tune.source.FunctionSource`; :func:`tune`
+then calls the one driver, :func:`mr2.tune.driver.run_tune`; mr2's engine with a run configuration is
+``mr2 tune --config`` (:mod:`mr2.tune.engine_source`).
+
+Tune's parameters are written once, in :func:`_prepared_tune`'s signature: :func:`tune` and
+:func:`describe_tune` take them (:func:`_with_parameters_of`), so type checkers, IDEs and ``help()``
+show the same list for both.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ParamSpec, TextIO, TypeVar
 
 from mr2.tune.candidates import DEFAULT_CANDIDATE_SET, Candidate
 from mr2.tune.design import DEFAULT_DESIGN, Design
@@ -26,14 +33,8 @@ NO_SUBMIT = (
     "executor must have submit(fn, *args) (a concurrent.futures.Executor or a submitit executor); got {kind}"
 )
 
-
-def _request_and_store(identity: dict[str, Any] | None, retrain: bool, **arguments: Any
-                       ) -> tuple[TuneRequest, TrialStore]:
-    """The checked request (:func:`mr2.tune.request.make_request` of ``arguments``) and its trial
-    store, whose trials ``identity`` produced (None: not checked)."""
-    request = make_request(**arguments)
-    assert request.num_classes is not None
-    return request, TrialStore(request.directory, request.num_classes, identity, retrain=bool(retrain))
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _train(train_fn: Callable[[Candidate, int], Any], trial: Trial) -> Any:
@@ -41,7 +42,16 @@ def _train(train_fn: Callable[[Candidate, int], Any], trial: Trial) -> Any:
     return train_fn(trial.candidate, trial.seed)
 
 
-def tune(
+@dataclass(frozen=True)
+class _PreparedTune:
+    """A call of :func:`tune`, checked: the request, the source of its trials and where it prints."""
+
+    request: TuneRequest
+    source: FunctionSource
+    stream: TextIO | None
+
+
+def _prepared_tune(
     train_fn: Callable[[Candidate, int], TrialPredictions],
     *,
     num_classes: int,
@@ -58,7 +68,45 @@ def tune(
     stream: TextIO | None = None,
     version: str | None = None,
     retrain: bool = False,
-) -> TuneResult:
+) -> _PreparedTune:
+    """Tune's parameters (the one list; :func:`tune`'s docstring says what each is), checked: the
+    request (:func:`mr2.tune.request.make_request`) and its trial store, whose trials must be
+    ``train_fn``'s (or ``retrain``). Nothing is written.
+
+    Raises:
+        TuneInputError: bad arguments.
+        TrialError: stored trials of another ``train_fn``, version or K.
+    """
+    if not callable(train_fn):
+        raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
+    request = make_request(num_classes=num_classes, candidates=candidates, seeds=seeds,
+                           confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir, name=name,
+                           class_names=class_names, design=design)
+    assert request.num_classes is not None
+    store = TrialStore(request.directory, request.num_classes, function_identity(train_fn, version),
+                       retrain=bool(retrain))
+    source = FunctionSource(partial(_train, train_fn), store, executor=executor, workers=workers)
+    return _PreparedTune(request, source, stream)
+
+
+def _with_parameters_of(prepare: Callable[_P, object]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """Give the decorated function ``prepare``'s parameters: type checkers and IDEs read them from this
+    function's type, ``help()`` and :func:`inspect.signature` from the ``__signature__`` it sets (the
+    decorated function's own return annotation kept)."""
+
+    def decorate(function: Callable[..., _R]) -> Callable[_P, _R]:
+        returns = inspect.signature(function).return_annotation
+        function.__signature__ = inspect.signature(prepare).replace(  # type: ignore[attr-defined]
+            return_annotation=returns)
+        return function
+
+    return decorate
+
+
+@_with_parameters_of(_prepared_tune)
+def tune(*args: Any, **kwargs: Any) -> TuneResult:
     """Choose among loss candidates on YOUR training code's validation predictions, confirm on fresh
     seeds, and advise: adopt the chosen loss only when the confirmation says so at the design's stated
     error rate, else keep ERM. Writes ``recommendation.json`` and the confirmation report under
@@ -119,50 +167,24 @@ def tune(
     another ``name``, or ``retrain=True``. A wrapper made with ``functools.wraps(train_fn)`` keeps
     ``train_fn``'s record.
     """
-    if not callable(train_fn):
-        raise TuneInputError(NOT_CALLABLE.format(kind=type(train_fn).__name__))
-    if executor is not None and not callable(getattr(executor, "submit", None)):
-        raise TuneInputError(NO_SUBMIT.format(kind=type(executor).__name__))
-    request, store = _request_and_store(
-        function_identity(train_fn, version), retrain, num_classes=num_classes, candidates=candidates,
-        seeds=seeds, confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir, name=name,
-        class_names=class_names, design=design)
-    source = FunctionSource(partial(_train, train_fn), store, executor=executor, workers=workers)
-    return run_tune(request, source, stream=stream)
+    prepared = _prepared_tune(*args, **kwargs)
+    return run_tune(prepared.request, prepared.source, stream=prepared.stream)
 
 
-def describe_tune(
-    *,
-    num_classes: int,
-    candidates: str | Sequence[Candidate] = DEFAULT_CANDIDATE_SET,
-    seeds: int | str | Sequence[int] | None = None,
-    confirm_seeds: int | str | Sequence[int] | None = None,
-    criterion: str = "hard_tier",
-    output_dir: str | Path,
-    name: str = "tune",
-    design: Design = DEFAULT_DESIGN,
-    train_fn: Callable[[Candidate, int], Any] | None = None,
-    version: str | None = None,
-    retrain: bool = False,
-) -> str:
+@_with_parameters_of(_prepared_tune)
+def describe_tune(*args: Any, **kwargs: Any) -> str:
     """The dry run of :func:`tune` (``mr2 tune --dry-run`` for the Python way in): the rule, the
     design, the expected and maximum trainings and the first round's trials with their state
     (``finished`` when a previous call stored them). Nothing runs and nothing is written.
 
-    Takes :func:`tune`'s arguments, less ``class_names``, ``executor``, ``workers`` and ``stream``.
-    ``train_fn`` is optional here: given (with ``version`` when :func:`tune` gets one), the stored trials
-    are checked to be its own, as :func:`tune` checks them; without it they are not checked.
+    Takes :func:`tune`'s arguments: the same call with ``describe_tune`` in place of ``tune``. They are
+    checked as :func:`tune` checks them, the stored trials included (they must be ``train_fn``'s, with
+    ``version`` when given, unless ``retrain``); ``train_fn`` is not called and ``stream`` is not used
+    (the description is returned).
 
     Raises:
         TuneInputError: bad arguments, exactly as :func:`tune` would.
-        TrialError: stored trials of another ``train_fn`` or version (with ``train_fn`` given).
+        TrialError: stored trials of another ``train_fn``, version or K (without ``retrain``).
     """
-    request, store = _request_and_store(
-        None if train_fn is None else function_identity(train_fn, version), retrain, num_classes=num_classes,
-        candidates=candidates, seeds=seeds, confirm_seeds=confirm_seeds, criterion=criterion,
-        output_dir=output_dir, name=name, design=design)
-
-    def never(trial: Trial) -> Any:  # a dry run trains nothing
-        raise AssertionError(f"describe_tune ran a trial: {trial.name}")
-
-    return describe(request, FunctionSource(never, store))
+    prepared = _prepared_tune(*args, **kwargs)
+    return describe(prepared.request, prepared.source)
