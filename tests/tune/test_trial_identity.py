@@ -17,8 +17,8 @@ import pytest
 from mr2.cli.main import main
 from mr2.tune import Candidate, TrialError, TrialPredictions, TuneInputError, describe_tune, tune
 from mr2.tune.command import command_identity
-from mr2.tune.source import function_identity
-from mr2.tune.trials import PRODUCER_DIFFERS, WAY_OUT
+from mr2.tune.source import FUNCTION_WAY_OUT, function_identity
+from mr2.tune.trials import PRODUCER_DIFFERS
 
 SCRIPT = Path(__file__).with_name("command_script.py")
 K = 6
@@ -211,7 +211,7 @@ def test_a_record_without_a_producer_is_refused(tmp_path):
     assert str(caught.value) == PRODUCER_DIFFERS.format(
         directory=tmp_path / "t", trial="selection/erm@0", what="train_fn",
         difference="its record names no producer (written by an earlier mr2, which did not record one)",
-        way_out=WAY_OUT["python"])
+        way_out=FUNCTION_WAY_OUT)
 
 
 def test_retrain_in_a_dry_run_lists_the_stale_trials_to_run_and_removes_nothing(tmp_path, capsys):

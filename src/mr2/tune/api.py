@@ -23,8 +23,8 @@ from mr2.tune.design import DEFAULT_DESIGN, Design
 from mr2.tune.driver import TuneResult, describe, run_tune
 from mr2.tune.errors import TuneInputError
 from mr2.tune.request import TuneRequest, make_request
-from mr2.tune.source import FunctionSource, function_identity
-from mr2.tune.trials import Trial, TrialPredictions, TrialStore
+from mr2.tune.source import FUNCTION_WAY_OUT, FunctionSource, function_identity
+from mr2.tune.trials import Producer, Trial, TrialPredictions, TrialStore
 
 __all__ = ["NOT_CALLABLE", "NO_SUBMIT", "describe_tune", "tune"]
 
@@ -85,8 +85,8 @@ def _prepared_tune(
                            confirm_seeds=confirm_seeds, criterion=criterion, output_dir=output_dir, name=name,
                            class_names=class_names, design=design)
     assert request.num_classes is not None
-    store = TrialStore(request.directory, request.num_classes, function_identity(train_fn, version),
-                       retrain=bool(retrain))
+    producer = Producer(function_identity(train_fn, version), "train_fn", FUNCTION_WAY_OUT)
+    store = TrialStore(request.directory, request.num_classes, producer, retrain=bool(retrain))
     source = FunctionSource(partial(_train, train_fn), store, executor=executor, workers=workers)
     return _PreparedTune(request, source, stream)
 

@@ -60,7 +60,7 @@ from mr2.tune.request import TuneRequest
 from mr2.tune.source import StoredTrialSource, TrialResult, run_stored_trials
 from mr2.tune.text import script_paste
 from mr2.tune.trial_process import DEFAULT_GRACE
-from mr2.tune.trials import SPLITS, Trial, TrialPredictions, TrialStore, read_trial_file
+from mr2.tune.trials import SPLITS, Producer, Trial, TrialPredictions, TrialStore, read_trial_file
 
 __all__ = [
     "ENVIRONMENT",
@@ -99,6 +99,10 @@ FORMAT_SPEC = (
     "substitutes and shell-quotes it)"
 )
 _BAD_TIMEOUT = "--trial-timeout must be a number of seconds > 0; got {value}"
+#: What to do instead of reusing another command's trials (:data:`mr2.tune.trials.PRODUCER_DIFFERS`).
+_WAY_OUT = (
+    "give this tune another --name (or --output-dir), or add --retrain to train them again with this command"
+)
 QUOTED_PLACEHOLDER = (
     "--command puts {{{name}}} inside quotes; leave the placeholders unquoted (mr2 passes each value as one "
     "word, whatever it holds), or, inside a nested shell's quoted script (sh -c '...'), write \"$MR2_LOSS\", "
@@ -589,7 +593,8 @@ def command_source(template: str, request: TuneRequest, *, workers: int = 1,
     unsafe = _unsafe_output(request.directory)
     if check_output and unsafe:
         raise TuneInputError(UNSAFE_OUTPUT.format(path=repr(str(request.directory.absolute())), what=unsafe))
-    store = TrialStore(request.directory, request.num_classes, command_identity(template), retrain=retrain)
+    producer = Producer(command_identity(template), "command", _WAY_OUT)
+    store = TrialStore(request.directory, request.num_classes, producer, retrain=retrain)
     source = CommandSource(template, store, workers=workers, timeout=timeout)
     if launcher is not None:
         from mr2.sweep.launcher import check_launcher_available, launcher_from_dict

@@ -39,6 +39,7 @@ from mr2.tune.text import train_fn_paste
 from mr2.tune.trials import SPLITS, Trial, TrialStore, check_trial_predictions
 
 __all__ = [
+    "FUNCTION_WAY_OUT",
     "HEARTBEAT_SECONDS",
     "FunctionSource",
     "StoredTrialSource",
@@ -60,6 +61,10 @@ _RETRAINED = (
 )
 #: How often a line says which trials are still running (seconds).
 HEARTBEAT_SECONDS = 60.0
+#: What to do instead of reusing another train_fn's trials (:data:`mr2.tune.trials.PRODUCER_DIFFERS`).
+FUNCTION_WAY_OUT = (
+    "call tune with another name= (or output_dir=), or retrain=True to train them again with this train_fn"
+)
 
 
 def format_seconds(seconds: float) -> str:

@@ -18,8 +18,9 @@ A trial's record names what produced it (``producer``: the command template and 
 it names, or the training function's name and a digest of its source or the ``version`` given; see
 :func:`mr2.tune.command.command_identity` and :func:`mr2.tune.source.function_identity`). Before any
 trial runs, :meth:`TrialStore.check_producer` compares every stored record's producer with this tune's:
-a difference is refused (:data:`PRODUCER_DIFFERS`, naming it and the way out), since reusing those
-trials would mix two trainings' predictions in one choice; with ``retrain`` they are trained again.
+a difference is refused (:data:`PRODUCER_DIFFERS`, naming it and the way out its source gives, a
+:class:`Producer`), since reusing those trials would mix two trainings' predictions in one choice; with
+``retrain`` they are trained again.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "PRODUCER_DIFFERS",
     "SPLITS",
     "Predictions",
+    "Producer",
     "StoredTrial",
     "Trial",
     "TrialPredictions",
@@ -79,13 +81,10 @@ PRODUCER_DIFFERS = (
     "{directory} holds finished trials (e.g. {trial}) of another {what}: {difference}; reusing them would "
     "mix two trainings in one choice: {way_out}"
 )
-#: The way out of :data:`PRODUCER_DIFFERS`, per way in.
-WAY_OUT = {
-    "command": "give this tune another --name (or --output-dir), or add --retrain to train them again with "
-               "this command",
-    "python": "call tune with another name= (or output_dir=), or retrain=True to train them again with this "
-              "train_fn",
-}
+#: Who trained the stored trials, by their record's ``producer.kind``, in :data:`PRODUCER_DIFFERS`.
+_TRAINED_BY = {"command": "mr2 tune --command", "python": "a Python train_fn"}
+#: The keys of a producer record compared one by one, in this order (a record has those of its source).
+_COMPARED = ("command", "files", "function", "version", "source")
 #: A trial whose record cannot be read: it is not finished (the record is written last), so it runs again.
 _DAMAGED_RECORD = "{trial}: its record {path} is damaged ({problem}); training it again"
 _SHOWN_CHARS = 100
@@ -299,15 +298,23 @@ def producer_difference(stored: Any, now: Mapping[str, Any]) -> str:
         return "its record names no producer (written by an earlier mr2, which did not record one)"
     if not isinstance(stored, Mapping):
         return f"its record's producer is unreadable ({_shown(stored)})"
-    kinds = {"command": "mr2 tune --command", "python": "a Python train_fn", "engine": "mr2's engine"}
     if stored.get("kind") != now.get("kind"):
-        then = kinds.get(str(stored.get("kind")), _shown(stored.get("kind")))
-        return f"they were trained by {then}, this tune by {kinds.get(str(now.get('kind')), now.get('kind'))}"
-    if now.get("kind") == "command":
-        if stored.get("command") != now.get("command"):
-            if not isinstance(stored.get("command"), str):
-                return f"the command is {_shown(now.get('command'))}, stored {_shown(stored.get('command'))}"
-            return "the command differs: " + _text_difference(stored["command"], str(now["command"]))
+        then, this = (_TRAINED_BY.get(str(record.get("kind")), _shown(record.get("kind")))
+                      for record in (stored, now))
+        return f"they were trained by {then}, this tune by {this}"
+    for key in _COMPARED:  # the keys a record lacks are equal (None): each kind compares its own
+        if stored.get(key) != now.get(key):
+            return _key_difference(key, stored, now)
+    return f"producer {_shown(dict(now))}, stored {_shown(stored)}"
+
+
+def _key_difference(key: str, stored: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """How the producer records differ at ``key`` (one of :data:`_COMPARED`; they differ there)."""
+    if key == "command":
+        if not isinstance(stored.get("command"), str):
+            return f"the command is {_shown(now.get('command'))}, stored {_shown(stored.get('command'))}"
+        return "the command differs: " + _text_difference(stored["command"], str(now["command"]))
+    if key == "files":
         stored_files = stored.get("files")
         before: Mapping[str, Any] = stored_files if isinstance(stored_files, Mapping) else {}
         after: Mapping[str, Any] = now.get("files") or {}
@@ -319,14 +326,28 @@ def producer_difference(stored: Any, now: Mapping[str, Any]) -> str:
             if before[name] != after[name]:
                 return (f"{name} changed since they were trained (sha256 {str(before[name])[:12]}... then, "
                         f"{str(after[name])[:12]}... now)")
-    for key, words in (("function", "the training function is"), ("version", "version is"),
-                       ("source", "")):
-        if stored.get(key) != now.get(key):
-            if key == "source":
-                return (f"its source changed since they were trained ({now.get('function')}: sha256 "
-                        f"{str(stored.get(key))[:12]}... then, {str(now.get(key))[:12]}... now)")
-            return f"{words} {_shown(now.get(key))}, stored {_shown(stored.get(key))}"
-    return f"producer {_shown(dict(now))}, stored {_shown(stored)}"
+        return f"the files are {_shown(after)}, stored {_shown(stored_files)}"
+    if key == "source":
+        return (f"its source changed since they were trained ({now.get('function')}: sha256 "
+                f"{str(stored.get(key))[:12]}... then, {str(now.get(key))[:12]}... now)")
+    words = {"function": "the training function is", "version": "version is"}[key]
+    return f"{words} {_shown(now.get(key))}, stored {_shown(stored.get(key))}"
+
+
+@dataclass(frozen=True)
+class Producer:
+    """What trains a tune's trials, as its source gives it to the :class:`TrialStore`.
+
+    Attributes:
+        record: recorded in each trial's record (``producer``) and compared with the stored ones'
+            (:func:`mr2.tune.source.function_identity`, :func:`mr2.tune.command.command_identity`).
+        what: what :data:`PRODUCER_DIFFERS` calls it (``train_fn``, ``command``).
+        way_out: what :data:`PRODUCER_DIFFERS` says to do instead of reusing another producer's trials.
+    """
+
+    record: Mapping[str, Any]
+    what: str
+    way_out: str
 
 
 class TrialStore:
@@ -336,15 +357,15 @@ class TrialStore:
         directory: the tune directory.
         num_classes: K.
         producer: what trains this tune's trials (recorded in each trial's record and compared with the
-            stored ones' before any trial runs); None checks nothing (a dry run without the function).
+            stored ones' before any trial runs); None records and checks nothing.
         retrain: train stored trials of another producer (or another tune) again instead of refusing.
     """
 
     def __init__(self, directory: str | os.PathLike[str], num_classes: int,
-                 producer: Mapping[str, Any] | None = None, *, retrain: bool = False) -> None:
+                 producer: Producer | None = None, *, retrain: bool = False) -> None:
         self.root = Path(directory) / "trials"
         self.num_classes = num_classes
-        self.producer = None if producer is None else dict(producer)
+        self.producer = producer
         self.retrain = retrain
         self._first: dict[str, tuple[str, NDArray[np.int64]]] = {}
         self._checked = False
@@ -364,7 +385,7 @@ class TrialStore:
         record = {"phase": trial.phase, "label": trial.candidate.label, "seed": trial.seed,
                   "loss_spec": trial.candidate.loss_spec(), "num_classes": self.num_classes}
         if self.producer is not None:
-            record["producer"] = self.producer
+            record["producer"] = dict(self.producer.record)
         return record
 
     @staticmethod
@@ -405,7 +426,7 @@ class TrialStore:
             found, _ = self._load_record(file)
             if found is None:
                 continue  # damaged: not a finished trial (is_finished says so and it runs again)
-            difference = producer_difference(found.get("producer"), self.producer)
+            difference = producer_difference(found.get("producer"), self.producer.record)
             key = str(file.parent.relative_to(self.root))
             if self.retrain and (difference or found.get("num_classes") != self.num_classes):
                 self._stale.add(key)
@@ -413,11 +434,9 @@ class TrialStore:
             if not difference:
                 continue
             phase, label, seed = key.split("/")
-            kind = str(self.producer.get("kind"))
             raise TrialError(PRODUCER_DIFFERS.format(
                 directory=self.root.parent, trial=f"{phase}/{label}@{seed.removeprefix('seed=')}",
-                what={"command": "command", "python": "train_fn"}.get(kind, "source"), difference=difference,
-                way_out=WAY_OUT.get(kind, WAY_OUT["python"])))
+                what=self.producer.what, difference=difference, way_out=self.producer.way_out))
 
     def is_finished(self, trial: Trial) -> bool:
         """Whether the trial finished earlier (its record is there and matches this tune). A record
