@@ -224,7 +224,13 @@ def phase_spec(request: TuneRequest, config: RunConfig, phase: str, *, workers: 
                threads_per_run: int | None = None, devices: list[int] | None = None,
                launcher: dict[str, Any] | None = None) -> SweepSpec:
     """The sweep of one phase: every candidate x the phase's seed pool (no report: tune writes its own
-    with the verdict's tiers)."""
+    with the verdict's tiers).
+
+    Built as the mapping a sweep file holds and validated by the sweep's own constructor
+    (:func:`mr2.sweep.spec_from_dict`), not assembled as a :class:`~mr2.sweep.SweepSpec` directly: that
+    mapping is what the spec keeps (``SweepSpec.data``, written to ``sweep.json``) and what
+    ``mr2 sweep status|report`` rebuilds the sweep from, so it must pass the same checks.
+    """
     seeds = request.seeds if phase == SELECTION else request.confirm_seeds
     return spec_from_dict({
         "name": phase,
