@@ -51,8 +51,12 @@ def test_the_shortcut_gives_the_full_paths_values_bit_for_bit(k, b, probe, monke
         torch.testing.assert_close(z1.grad, z2.grad, rtol=0, atol=0)
         for name, a, b_ in zip(fast.parts._fields, fast.parts, full.parts, strict=True):  # type: ignore[union-attr]
             torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True, msg=name)
-        for (name, a), (_, b_) in zip(fast.statistics.named_buffers(), full.statistics.named_buffers(), strict=True):
+        # The saved state; the derived norm cache may be left stale by the steady probe step (it is
+        # rebuilt when read): compared through moments().
+        for (name, a), (_, b_) in zip(fast.statistics.state_dict().items(), full.statistics.state_dict().items(), strict=True):
             torch.testing.assert_close(a, b_, rtol=0, atol=0, msg=name)
+        for a, b_ in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
+            torch.testing.assert_close(a, b_, rtol=0, atol=0)
     assert fast.statistics.all_seen_known()  # the shortcut was taken by the last steps
     assert not full.statistics.all_seen_known()
 

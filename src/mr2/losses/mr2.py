@@ -27,6 +27,7 @@ import math
 from typing import Any, Literal, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.autograd import profiler
 
@@ -36,6 +37,8 @@ from mr2.checks import (
     MR2InputError,
     _sum_of,
     check_classification_inputs,
+    check_features,
+    check_logits,
     check_statistics_finite,
     is_int,
     is_number,
@@ -140,6 +143,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
 #: The variant :class:`MR2Loss`'s defaults compute (``MR2Loss(K)`` is
 #: ``MR2Loss.from_variant(DEFAULT_VARIANT, K)``) and the default of the engine's ``method: mr2``.
 DEFAULT_VARIANT = "distance_1d"
+
+
+def _spread_of(
+    state: torch.Tensor, version: int, count: torch.Tensor, sq_norm_sum: torch.Tensor
+) -> torch.Tensor:
+    """[K] ``s_k`` (L2) of pooled statistics from their state ``S`` (at its version ``version``) and
+    the moving ``n_k`` and ``Q_k``: the values :meth:`ClassFeatureStatistics.moments
+    <mr2.statistics.class_features.ClassFeatureStatistics.moments>` computes. NaN when the state was
+    changed in place since (by code other than the statistics' own methods, which call
+    ``before_write`` first)."""
+    if state._version != version:
+        return torch.full_like(count, float("nan"))
+    safe_count = count.clamp_min(1e-12)
+    raw_norm = torch.linalg.vector_norm(state, dim=-1).square() / safe_count.square()
+    return (sq_norm_sum / safe_count - raw_norm).clamp_min(0.0)
 
 
 class MR2LossParts(NamedTuple):
@@ -328,10 +346,13 @@ class MR2Loss(nn.Module):
         self._parts: MR2LossParts | None = None
         # A training step that leaves the representation term out defers what only the parts need
         # (see :attr:`parts`): (total, logit term, gamma, s_k of the margin, seen), all detached.
-        self._deferred_parts: tuple[torch.Tensor, ...] | None = None
+        self._deferred_parts: tuple[Any, ...] | None = None
         #: Whether the last call left out the representation term (a training step whose features need
         #: no gradient; see :meth:`forward`).
         self.representation_skipped = False
+        #: Whether a linear-probe step may take the straight-line path of :meth:`_steady_probe_step`
+        #: (same operations and values as the general path; False: always the general path, for tests).
+        self.steady_probe_path = True
         #: Warns once when the features collapse (:mod:`mr2.losses.collapse`); None switches it off.
         self.collapse_guard: CollapseGuard | None = CollapseGuard(self.num_classes)
 
@@ -346,6 +367,8 @@ class MR2Loss(nn.Module):
         """
         if self._parts is None and self._deferred_parts is not None:
             total, logit_term, gamma, margin_spread, seen = self._deferred_parts
+            if isinstance(margin_spread, tuple):  # a steady linear-probe step: from its state
+                margin_spread = _spread_of(*margin_spread)
             if seen is None:  # every class was known to have been seen at that step
                 seen = torch.ones(margin_spread.shape, dtype=torch.bool, device=margin_spread.device)
             margin = 2.0 * self.statistics.mean_spread(margin_spread, seen)
@@ -405,9 +428,29 @@ class MR2Loss(nn.Module):
             f"allocation={self.allocation!r}, pairs={self.pairs!r}, logit_margin={self.logit_margin!r}"
         )
 
-    def allocation_statistic(self, moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """[K] the statistic the logit temperatures are allocated from (``a_k`` or ``s_k``)."""
-        mean_sq_norm, spread = self.statistics.moments() if moments is None else moments
+    def allocation_statistic(self, moments: tuple[torch.Tensor | None, ...] | None = None) -> torch.Tensor:
+        """[K] the statistic the logit temperatures are allocated from (``a_k`` or ``s_k``).
+
+        ``a_k`` of the default statistics (pooled, L2, not centred) is ``Q_k / n_k``, the moving mean
+        of ``||x||^2`` over the class (equal to ``||mu_k||^2 + s_k`` to rounding; the steady
+        linear-probe step of :meth:`forward` then needs no moments); otherwise ``||mu_k||_p^2 + s_k``.
+        ``moments``: ``statistics.moments()`` if already computed this step (then ``||mu_k||^2 + s_k``
+        from them), or what ``statistics._moments`` returns, whose third item is ``Q_k / n_k`` of the
+        default statistics.
+        """
+        statistics = self.statistics
+        if self.allocation == "second_moment":
+            if moments is not None and len(moments) > 2 and moments[2] is not None:
+                return moments[2]
+            if (
+                moments is None
+                and statistics.estimator == "pooled"
+                and statistics.norm_p == 2.0
+                and not statistics.center
+            ):
+                return statistics._buffer("sq_norm_sum") / statistics._buffer("count").clamp_min(1e-12)
+        mean_sq_norm, spread = statistics.moments() if moments is None else moments[:2]
+        assert mean_sq_norm is not None and spread is not None
         return spread if self.allocation == "spread" else mean_sq_norm + spread
 
     def _ready(self, stat: torch.Tensor) -> torch.Tensor:
@@ -426,7 +469,7 @@ class MR2Loss(nn.Module):
 
     def logit_temperatures(
         self,
-        moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+        moments: tuple[torch.Tensor | None, ...] | None = None,
         seen: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[K] the current per-class logit temperatures gamma (ones during warm-up). No host sync.
@@ -468,7 +511,7 @@ class MR2Loss(nn.Module):
         return needed
 
     def additive_margins(
-        self, moments: tuple[torch.Tensor, torch.Tensor] | None = None
+        self, moments: tuple[torch.Tensor | None, ...] | None = None
     ) -> torch.Tensor:
         """[K] ``Delta_k = margin_scale * gamma_k / mean(gamma)`` (zeros during warm-up). No host sync.
 
@@ -559,6 +602,59 @@ class MR2Loss(nn.Module):
         )
         return self._reduce_pairs(per_sample, target, features.shape[1])
 
+    def _steady_probe_step(
+        self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`forward`'s training step whose features need no gradient (a linear probe), once
+        every class is known to have been seen, on CPU with the default statistics and logit
+        temperatures (the conditions in :meth:`forward`), as straight-line code: the statistics'
+        update (:meth:`ClassFeatureStatistics._steady_step
+        <mr2.statistics.class_features.ClassFeatureStatistics._steady_step>`), the logit temperatures
+        from ``a_k = Q_k / n_k`` (:meth:`allocation_statistic`), the logit term; the spreads ``s_k`` of
+        the distance margin, which only :attr:`parts` reads, are computed when it is read (or before
+        the statistics next change). Issue 47: 30 operations where the general path takes 43, and
+        little Python."""
+        check_logits(logits, target, self.num_classes)
+        check_features(features, target)
+        statistics = self.statistics
+        attributes = self.__dict__
+        # This step replaces the deferred parts of the last: the statistics' write hook has nothing to
+        # keep for them (restored if the update refuses the batch).
+        last = attributes["_deferred_parts"]
+        attributes["_deferred_parts"] = None
+        with torch.no_grad():
+            try:
+                count, sq_norm_sum = statistics._steady_step(features, target, logits)
+            except BaseException:
+                attributes["_deferred_parts"] = last
+                raise
+            # logit_temperatures() with every class seen (no readiness test).
+            root = (sq_norm_sum / count.clamp_min(1e-12)).pow(1.0 / 3.0)
+            scaled = root * statistics._scalar(self.c_bar * self.num_classes, root)
+            gamma = (scaled / root.sum()).clamp_min(self.min_logit_temperature)
+            gamma = torch.nan_to_num(gamma, nan=1.0, posinf=1.0, neginf=1.0)
+        # scaled_logit_loss: the logits divided by their row's temperature, the built-in loss.
+        logit_term = F.cross_entropy(logits / gamma.index_select(0, target).unsqueeze(1), target)
+        attributes["representation_skipped"] = True
+        detached = logit_term.detach()
+        attributes["_parts"] = None
+        state = statistics._buffers["feature_sum"]
+        assert state is not None
+        # What the spreads are computed from when read: the state (changed in place by the next
+        # update, which first calls before_write), the fresh n_k and Q_k.
+        attributes["_deferred_parts"] = (
+            detached, detached, gamma, (state, state._version, count, sq_norm_sum), None
+        )
+        statistics.__dict__["before_write"] = self._settle_deferred_parts
+        return logit_term
+
+    def _settle_deferred_parts(self) -> None:
+        """Compute the spreads a deferred :attr:`parts` reads from the statistics' state now (their
+        ``before_write`` hook: the state is about to change)."""
+        deferred = self.__dict__["_deferred_parts"]
+        if deferred is not None and isinstance(deferred[3], tuple):
+            self.__dict__["_deferred_parts"] = (*deferred[:3], _spread_of(*deferred[3]), deferred[4])
+
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
     ) -> torch.Tensor:
@@ -581,8 +677,27 @@ class MR2Loss(nn.Module):
             features: [B, d] penultimate features (the input of the final linear layer).
             target: [B] class ids in ``[0, K)``.
         """
-        warn_if_evaluating_in_train_mode(self, "class statistics")
         statistics = self.statistics
+        if (  # the usual linear-probe step (docs/mr2.md, "Linear probe"): Python reads only
+            self.steady_probe_path
+            and self.training
+            and not features.requires_grad
+            and self.lambda_rep > 0
+            and torch.is_grad_enabled()
+            and not profiler._is_profiler_enabled
+            and self.logit_margin == "temperature"
+            and self.allocation == "second_moment"
+            and self.gammas_enabled
+            and self.warmup_samples_per_class in (None, 1)
+            and logits.dtype == features.dtype
+            and target.dtype == torch.long
+            and target.dim() == 1
+            and target.shape[0] > 0
+            and wants_values(logits, self.check_values)
+            and statistics.steady_step_applies(features)
+        ):
+            return self._steady_probe_step(logits, features, target)
+        warn_if_evaluating_in_train_mode(self, "class statistics")
         # Plain attributes of this step are set in __dict__ (nn.Module's __setattr__ costs about a
         # microsecond each, per step).
         attributes = self.__dict__

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
@@ -15,6 +16,7 @@ from mr2.checks import (
     FEATURE_DIM_MISMATCH,
     CheckValues,
     MR2InputError,
+    _sum_of,
     check_features,
     check_num_classes,
     check_statistics_finite,
@@ -213,6 +215,9 @@ class ClassFeatureStatistics(nn.Module):
         # (samples_seen, its version counter) when every class was known to have been seen at that
         # version (see :meth:`all_seen_known`), else None.
         self._all_seen_at: tuple[torch.Tensor, int] | None = None
+        #: Called once (then cleared) before the next update or load changes the state: a reader of
+        #: the state as it is now (e.g. :class:`mr2.MR2Loss`'s deferred parts) sets it. None: nothing.
+        self.before_write: Callable[[], None] | None = None
         # 0-dim tensors of the constants of a step, by (value, dtype, device) (see _scalar).
         self._constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -236,6 +241,7 @@ class ClassFeatureStatistics(nn.Module):
     def _load_from_state_dict(
         self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
     ) -> None:
+        self._before_write()
         incoming = state_dict.get(prefix + "feature_sum")
         if incoming is not None and self.feature_sum.shape[1] == 0:
             self._materialise(incoming.shape[1])
@@ -453,6 +459,7 @@ class ClassFeatureStatistics(nn.Module):
         if pending.deferred:  # a micro-batch to add up (see _prepare_deferred)
             self._add_pending(pending, only_if_finite)
             return
+        self._before_write()
         x, target, weight = pending.x, pending.target, pending.weight
         ok = torch.isfinite(pending.guard) if only_if_finite else None
 
@@ -534,6 +541,88 @@ class ClassFeatureStatistics(nn.Module):
                 self.__dict__["_all_seen_at"] = (seen_count, seen_count._version)
             else:  # on CPU one read per step until every class has been seen, then none
                 self.note_all_seen()
+
+    def steady_step_applies(self, features: torch.Tensor) -> bool:
+        """Whether :meth:`_steady_step` may update these statistics from ``features`` [B, d].
+
+        The usual training step on CPU once every class is known to have been seen
+        (:meth:`all_seen_known`: CPU, not under ``torch.compile``): training, single process, the
+        default statistics (pooled, L2, not centred), no deferral, features of the state's dtype and
+        width, autocast off. Python reads only.
+        """
+        state = self._buffers["feature_sum"]
+        assert state is not None
+        return (
+            self.training
+            and self.all_seen_known()
+            and not self.deferred
+            and self.estimator == "pooled"
+            and self.norm_p == 2.0
+            and not self.center
+            and features.dtype == state.dtype
+            and features.device.type == "cpu"
+            and features.dim() == 2
+            and features.shape[1] == state.shape[1]
+            and not torch.is_autocast_enabled("cpu")
+            and not distributed.is_distributed(self.process_group)
+        )
+
+    def _steady_step(
+        self, features: torch.Tensor, target: torch.Tensor, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch's update where :meth:`steady_step_applies` (``logits``: floating point); returns
+        the updated ``(n_k, Q_k)`` as tensors that nothing writes to later (the buffers hold copies).
+
+        The operations and values of :meth:`prepare`, the finiteness check of ``logits`` and of the
+        update in one host read, and :meth:`commit`, as straight-line code (issue 47: at K = 10 the
+        general path spent about as much time in Python as in its small operations), except that the
+        weights take one operation (``min(n_k^batch, 1 - m)``: 0 or ``1 - m``, the values of
+        ``min(n_k^batch, 1) (1 - m)``) and the cached ``||S_k||^2`` are left to be recomputed when
+        read (:meth:`moments`). For a caller already under ``torch.no_grad()`` that has checked the
+        shapes of ``features``, ``logits`` and ``target``; a class id outside ``[0, K)``, a NaN/Inf
+        input or an update that would overflow raises before anything is written.
+        """
+        buffers = self._buffers
+        state, count_buf, sq_buf = buffers["feature_sum"], buffers["count"], buffers["sq_norm_sum"]
+        assert state is not None and count_buf is not None and sq_buf is not None
+        x = features.detach() if features.requires_grad else features
+        sq_norms = torch.linalg.vector_norm(x, dim=1).square()
+        seen_count = self._host_counts(target)  # checks the range as it counts
+        count = seen_count.to(x.dtype)
+        sq_norm_sum = torch.bincount(target, weights=sq_norms, minlength=self.num_classes)
+        # _ema_weights with every class seen: 1 - m where present (a count >= 1), 0 where absent.
+        weight = count.clamp_max(1.0 - self.momentum)
+        new_count = count_buf.lerp(count, weight)
+        new_sq_norm_sum = sq_buf.lerp(sq_norm_sum, weight)
+        # prepare()'s guard, 4 n.Q, added to the logits' sum in one operation: finite only when both
+        # are (a finite sum may still overflow: the exact check then decides).
+        dot = torch.dot(new_count, new_sq_norm_sum)
+        if not math.isfinite(float(torch.add(_sum_of(logits), dot, alpha=4.0))):
+            guard = dot * self._scalar(4.0, dot)
+            check_statistics_finite({"logits": logits}, guard, also_count={"features": x})
+        self._before_write()
+        if 2 * self.num_classes <= x.shape[0]:  # as _commit's few-classes path
+            sums = x.new_zeros(state.shape).index_add_(0, target, x)
+            state.lerp_(sums, weight.view(-1, 1))
+        else:  # as _commit's many-classes path without a first observation
+            state.mul_((1.0 - weight).unsqueeze(1))
+            state.index_add_(0, target, x, alpha=1.0 - self.momentum)
+        self.__dict__["_norm_cache_valid"] = False
+        count_buf.copy_(new_count)
+        sq_buf.copy_(new_sq_norm_sum)
+        seen_buf = buffers["samples_seen"]
+        assert seen_buf is not None
+        seen_buf.add_(seen_count)
+        # Adding counts >= 0 keeps every class seen.
+        self.__dict__["_all_seen_at"] = (seen_buf, seen_buf._version)
+        return new_count, new_sq_norm_sum
+
+    def _before_write(self) -> None:
+        """Call and clear :attr:`before_write` (before the state changes)."""
+        hook = self.__dict__.get("before_write")
+        if hook is not None:
+            self.__dict__["before_write"] = None
+            hook()
 
     def _first_observation(self, pending: PendingUpdate) -> bool:
         """Whether the batch holds a class never seen before (a host read, unless every class is
@@ -710,28 +799,34 @@ class ClassFeatureStatistics(nn.Module):
         """``(||mu_k||_p^2, s_k, seen_k)``: :meth:`moments` and :meth:`seen` from one evaluation (the
         loss's training step needs all three; computing ``seen`` once saves an operation)."""
         seen = self.seen()
-        mean_sq_norm, spread = self._moments(seen)
+        mean_sq_norm, spread, _ = self._moments(seen)
         return mean_sq_norm, spread, seen
 
-    def _moments(self, seen: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _moments(
+        self, seen: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """:meth:`moments` given :meth:`seen`, or None when every class is known to have been seen
-        (:meth:`all_seen_known`; the mask is then all True and is not built)."""
+        (:meth:`all_seen_known`; the mask is then all True and is not built), and the moving second
+        moment ``Q_k / n_k`` where the L2 spread is computed from it (pooled, L2, not centred; else
+        None)."""
         if self.estimator == "batch":
-            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone()
+            return self.batch_mean_sq_norm.clone(), self.batch_spread.clone(), None
         count = self._buffer("count").clamp_min(1e-12)
         # ||sum_k / n_k||_p = ||sum_k||_p / n_k, from the cached ||S_k||_p^2: no [K, d] pass.
         if not self._norm_cache_valid:
             self._refresh_norm_cache()
         raw_norm = self._buffer("feature_sum_norm_sq") / count.square()
+        second: torch.Tensor | None = None
         if self.norm_p != 2.0:
             spread = self.deviation_sum / self._buffer("count").clamp_min(1e-12)
         else:
-            spread = (self._buffer("sq_norm_sum") / count - raw_norm).clamp_min(0.0)
+            second = self._buffer("sq_norm_sum") / count
+            spread = (second - raw_norm).clamp_min(0.0)
         if self.center:
             centred = self._norm_sq(self.means() - self.global_center())
-            return (centred if seen is None else centred * seen), spread
+            return (centred if seen is None else centred * seen), spread, None
         # An unseen class has S_k = 0, so raw_norm is 0 there already (no mask needed).
-        return raw_norm, spread
+        return raw_norm, spread, second
 
     def mean_sq_norm(self) -> torch.Tensor:
         """[K] ``||mu_k||_p^2`` (of the centred means with ``center=True``)."""

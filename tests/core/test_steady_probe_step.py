@@ -1,0 +1,184 @@
+"""The steady linear-probe step of MR2Loss (issue 47): straight-line code, the general path's values.
+
+Once every class is known to have been seen, a CPU training step whose features need no gradient (a linear
+probe) takes ``MR2Loss._steady_probe_step``: the statistics' update, ``a_k = Q_k / n_k``, the logit
+temperatures and the logit term in 34 dispatched operations (43 before), and the spreads of the distance
+margin computed only when ``parts`` is read, or before the statistics next change (their ``before_write``
+hook). These tests hold it to the general path (``steady_probe_path = False``) bit for bit, to the float64
+oracles, and check that the deferred parts stay those of their step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mr2 import MR2Loss
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.float32):
+    """A batch whose first ``min(K, B)`` rows hold classes ``seed * B, ...`` (mod K): every class is seen
+    within a few steps also when K > B."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, k, (b,), generator=g)
+    target[: min(k, b)] = (torch.arange(min(k, b)) + seed * b) % k
+    features = (torch.randn(b, d, generator=g, dtype=dtype) * (1 + 0.1 * target.unsqueeze(1)) + 0.5).relu()
+    logits = torch.randn(b, k, generator=g, dtype=dtype, requires_grad=True)
+    return logits, features, target
+
+
+@pytest.fixture
+def steady_calls(monkeypatch):
+    """Counts the calls of the steady path."""
+    calls = []
+    original = MR2Loss._steady_probe_step
+
+    def counted(self, *args):  # type: ignore[no-untyped-def]
+        calls.append(self)
+        return original(self, *args)
+
+    monkeypatch.setattr(MR2Loss, "_steady_probe_step", counted)
+    return calls
+
+
+# The [K, d] lerp path (K <= B / 2), the many-class path (B / 2 < K <= B), K > B.
+@pytest.mark.parametrize("k, b", [(5, 40), (30, 40), (70, 32)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("variant", [None, "paper"])
+def test_the_steady_step_gives_the_general_paths_values_bit_for_bit(k, b, dtype, variant, steady_calls):
+    def make() -> MR2Loss:
+        loss = MR2Loss(k, momentum=0.8) if variant is None else MR2Loss.from_variant(variant, k, momentum=0.8)
+        return loss.to(dtype)
+
+    fast, full = make(), make()
+    full.steady_probe_path = False
+    for seed in range(10):
+        logits, features, target = _batch(seed, k, b, dtype=dtype)
+        z1, z2 = logits.detach().clone().requires_grad_(), logits.detach().clone().requires_grad_()
+        got, want = fast(z1, features, target), full(z2, features, target)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(z1.grad, z2.grad, rtol=0, atol=0)
+        assert fast.representation_skipped and full.representation_skipped
+        for name, a, b_ in zip(fast.parts._fields, fast.parts, full.parts, strict=True):  # type: ignore[union-attr]
+            torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True, msg=name)
+        for (name, a), (_, b_) in zip(fast.state_dict().items(), full.state_dict().items(), strict=True):
+            torch.testing.assert_close(a, b_, rtol=0, atol=0, msg=name)
+        for a, b_ in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
+            torch.testing.assert_close(a, b_, rtol=0, atol=0)
+    assert fast.statistics.all_seen_known()
+    assert len(steady_calls) >= 5 and all(loss is fast for loss in steady_calls)
+
+
+@pytest.mark.parametrize("k, b", [(4, 64), (10, 64), (40, 64)])
+def test_the_steady_step_stays_within_its_operation_budget(k, b, steady_calls):
+    # 43 before (the general path with every class known to have been seen; 42 now): the norms of the
+    # [K, d] state and the moments are left to parts, the weights take one operation, the guard is
+    # added to the logits' sum with alpha = 4.
+    loss = MR2Loss(k)
+    for seed in range(4):
+        loss(*_batch(seed, k, b))
+    batch = _batch(4, k, b)
+    with _CountOps() as ops:
+        loss(*batch)
+    assert steady_calls and steady_calls[-1] is loss
+    assert ops.count <= 34, f"K = {k}: {ops.count} tensor operations in a steady linear-probe step"
+
+
+@pytest.mark.parametrize("change", ["update", "load", "accumulate"])
+def test_deferred_parts_are_those_of_their_step_after_the_statistics_change(change, steady_calls):
+    k, b = 5, 40
+    loss = MR2Loss(k)
+    for seed in range(3):
+        value = loss(*_batch(seed, k, b))
+    assert steady_calls
+    want_margin, want_gamma = loss.distance_margin(), loss.logit_temperatures()
+    stats = loss.statistics
+    other = _batch(9, k, b)[1:]
+    if change == "update":
+        stats.update(*other)
+    elif change == "load":
+        fresh = MR2Loss(k)
+        fresh(*_batch(7, k, b))
+        loss.load_state_dict(fresh.state_dict())
+    else:
+        with stats.accumulate():
+            stats.update(*other)
+    assert not torch.equal(loss.distance_margin(), want_margin)  # the statistics did change
+    parts = loss.parts
+    assert parts is not None
+    torch.testing.assert_close(parts.margin, want_margin, rtol=0, atol=0)
+    torch.testing.assert_close(parts.logit_margins, want_gamma, rtol=0, atol=0)
+    torch.testing.assert_close(parts.total, value.detach(), rtol=0, atol=0)
+    assert torch.isnan(parts.representation)
+    assert stats.before_write is None  # the hook ran once and was cleared
+
+
+def test_a_steady_step_leaves_no_hook_work_to_the_next_step():
+    k, b = 5, 40
+    loss = MR2Loss(k)
+    for seed in range(3):
+        loss(*_batch(seed, k, b))
+    assert loss.statistics.before_write is not None
+    settled = []
+    original = loss._settle_deferred_parts
+    loss.statistics.before_write = lambda: (settled.append(1), original())
+    loss(*_batch(3, k, b))  # the next steady step replaces the parts: nothing to settle
+    assert settled == [1]  # the hook still runs once: it finds nothing deferred
+    assert loss._deferred_parts is not None and isinstance(loss._deferred_parts[3], tuple)
+
+
+def test_a_refused_batch_keeps_the_last_steps_parts_and_state():
+    k, b = 5, 40
+    loss = MR2Loss(k)
+    for seed in range(3):
+        loss(*_batch(seed, k, b))
+    want_margin = loss.distance_margin()
+    state = {name: value.clone() for name, value in loss.state_dict().items()}
+    logits, features, target = _batch(3, k, b)
+    features[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="features"):
+        loss(logits, features, target)
+    for name, value in loss.state_dict().items():
+        torch.testing.assert_close(value, state[name], rtol=0, atol=0, msg=name)
+    loss.statistics.update(*_batch(4, k, b)[1:])  # the hook was kept: these parts are still the step's
+    assert loss.parts is not None
+    torch.testing.assert_close(loss.parts.margin, want_margin, rtol=0, atol=0)
+
+
+def test_a_state_changed_in_place_by_other_code_gives_a_nan_margin():
+    k, b = 5, 40
+    loss = MR2Loss(k)
+    for seed in range(3):
+        loss(*_batch(seed, k, b))
+    loss.statistics.feature_sum.mul_(2.0)  # not through the statistics' methods: no hook
+    assert loss.parts is not None and torch.isnan(loss.parts.margin)
+
+
+def test_the_allocation_statistic_is_the_moving_second_moment():
+    # a_k = Q_k / n_k, the float64 oracle's ||mu_k||^2 + s_k.
+    from core import oracles
+
+    k, b, momentum = 6, 30, 0.7
+    loss = MR2Loss(k, momentum=momentum).double()
+    batches = []
+    for seed in range(6):
+        logits, features, target = _batch(seed, k, b, dtype=torch.float64)
+        loss(logits, features, target)
+        batches.append((features, target))
+    _, msq, spread = oracles.pooled_statistics(batches, k, momentum)
+    want = torch.tensor([m + s for m, s in zip(msq, spread, strict=True)], dtype=torch.float64)
+    torch.testing.assert_close(loss.allocation_statistic(), want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(loss.statistics.second_moment(), want, rtol=1e-12, atol=0)
