@@ -182,3 +182,23 @@ def test_the_allocation_statistic_is_the_moving_second_moment():
     want = torch.tensor([m + s for m, s in zip(msq, spread, strict=True)], dtype=torch.float64)
     torch.testing.assert_close(loss.allocation_statistic(), want, rtol=1e-12, atol=0)
     torch.testing.assert_close(loss.statistics.second_moment(), want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "save"])
+def test_a_copy_keeps_the_deferred_parts_of_the_step(how, tmp_path):
+    import copy
+
+    k, b = 5, 40
+    loss = MR2Loss(k)
+    for seed in range(3):
+        loss(*_batch(seed, k, b))
+    want = loss.distance_margin()
+    if how == "deepcopy":
+        other = copy.deepcopy(loss)
+    else:
+        torch.save(loss, tmp_path / "loss.pt")
+        other = torch.load(tmp_path / "loss.pt", weights_only=False)
+    other.statistics.update(*_batch(7, k, b)[1:])
+    for copied in (other, loss):
+        assert copied.parts is not None
+        torch.testing.assert_close(copied.parts.margin, want, rtol=0, atol=0)

@@ -648,6 +648,13 @@ class MR2Loss(nn.Module):
         statistics.__dict__["before_write"] = self._settle_deferred_parts
         return logit_term
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy or a pickle keeps the deferred spreads' values (a tensor's version counter, which
+        # _spread_of checks, does not survive a copy).
+        self._settle_deferred_parts()
+        state: dict[str, Any] = super().__getstate__()
+        return state
+
     def _settle_deferred_parts(self) -> None:
         """Compute the spreads a deferred :attr:`parts` reads from the statistics' state now (their
         ``before_write`` hook: the state is about to change)."""
@@ -690,6 +697,7 @@ class MR2Loss(nn.Module):
             and self.gammas_enabled
             and self.warmup_samples_per_class in (None, 1)
             and logits.dtype == features.dtype
+            and logits.device == features.device == target.device
             and target.dtype == torch.long
             and target.dim() == 1
             and target.shape[0] > 0
