@@ -255,9 +255,10 @@ class Simulator:
                 mu[rows] = np.where(down[:, None], collapsed[None, :], usual[None, :])
         return mu
 
-    def _seed_noise(self, requests: Sequence[Request], width: int) -> tuple[np.ndarray, np.ndarray]:
+    def _seed_noise(self, requests: Sequence[Request], width: int, tag: str = ""
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """[R, K] class-level and [R, width] sample-level standard normals, correlated kappa between
-        runs of one seed (and phase)."""
+        runs of one seed (and phase; ``tag`` names another draw of the same runs)."""
         kappa = self.cell.seed_corr
         k = self.cell.num_classes
         own_u = self.rng.standard_normal((len(requests), k))
@@ -266,7 +267,7 @@ class Simulator:
             return own_u, own_e
         shared_u, shared_e = [], []
         for r in requests:
-            key = (r.phase, r.seed)
+            key = (r.phase + tag, r.seed)
             if key not in self._shared:
                 self._shared[key] = (self.rng.standard_normal(k), self.rng.standard_normal(width))
             shared_u.append(self._shared[key][0])
@@ -275,10 +276,22 @@ class Simulator:
         return a * np.stack(shared_u) + b * own_u, a * np.stack(shared_e) + b * own_e
 
     def validation(self, requests: Sequence[Request]) -> list[ValidationFigures]:
+        return self.selection(requests, test=False)[0]
+
+    def selection(self, requests: Sequence[Request], test: bool = True
+                  ) -> tuple[list[ValidationFigures], list[SeedFigures]]:
+        """Selection runs' validation figures and (``test``) the same runs' test figures (every
+        class's accuracy; the hard tier on all classes until the plan scores them again): one run,
+        one class-level seed noise ``g`` on both splits. Without ``test`` the draws are the same as
+        before the test figures existed."""
         c = self.cell
         k = c.num_classes
         mu = self._means(requests)
         g, e = self._seed_noise(requests, self.y_val.size)
+        tests: list[SeedFigures] = []
+        if test:
+            _, z = self._seed_noise(requests, k, tag="-test")
+            tests = self._figures(self.test_accuracy(mu, g, z), list(range(k)))
         latent = ((mu + c.tau * g)[:, self.y_val] + math.sqrt(c.rho) * self.a_val[None, :]
                   + math.sqrt(1 - c.rho) * e)
         correct = latent > 0
@@ -290,7 +303,7 @@ class Simulator:
                                   tuple(per_class[i].tolist()),
                                   half_correct=(tuple(halves[i, 0].tolist()), tuple(halves[i, 1].tolist())),
                                   half_count=self.half_count)
-                for i, r in enumerate(requests)]
+                for i, r in enumerate(requests)], tests
 
     def test_accuracy(self, mu: np.ndarray, g: np.ndarray | None = None,
                       z: np.ndarray | None = None) -> np.ndarray:
@@ -310,7 +323,9 @@ class Simulator:
 
     def test(self, requests: Sequence[Request], hard: Sequence[int]) -> list[SeedFigures]:
         g, z = self._seed_noise(requests, self.cell.num_classes)
-        acc = self.test_accuracy(self._means(requests), g, z)
+        return self._figures(self.test_accuracy(self._means(requests), g, z), hard)
+
+    def _figures(self, acc: np.ndarray, hard: Sequence[int]) -> list[SeedFigures]:
         hard_tier = acc[:, list(hard)].mean(1)
         overall = acc.mean(1)
         h = len(hard)
@@ -318,7 +333,7 @@ class Simulator:
         counts = (self.cell.test_per_class,) * self.cell.num_classes
         return [SeedFigures(float(hard_tier[i]), float(overall[i]), rounding,
                             per_class=tuple(acc[i].tolist()), class_counts=counts)
-                for i in range(len(requests))]
+                for i in range(acc.shape[0])]
 
 
 def fit_tau(cell: Cell, target_sd: float, rng: np.random.Generator, draws: int = 4000) -> float:
@@ -401,7 +416,10 @@ def run_scenario(sim: Simulator, design: Design, labels: list[str], delta: float
                           probit_means(sim.cell, [str(good)], good, collapsed)[str(good)], q))
         plan = Plan(labels, selection_seeds=pools[0], confirmation_seeds=pools[1], design=design)
         while requests := plan.next_round():
-            if requests[0].phase == "selection":
+            if requests[0].phase == "selection" and design.screen_reuse:
+                for r, figures, test in zip(requests, *sim.selection(requests), strict=True):
+                    plan.record_validation(r.label, r.seed, figures, test=test)
+            elif requests[0].phase == "selection":
                 for r, figures in zip(requests, sim.validation(requests), strict=True):
                     plan.record_validation(r.label, r.seed, figures)
             else:
@@ -493,6 +511,11 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     "s1-scr2-m14-L3,6,9,12-binding": (replace(SCREEN_DESIGN, boundaries="binding"), 2, 14),
     "s1-scr2-m14-L3,6,9,12-binding-pocock": (replace(SCREEN_DESIGN, boundaries="binding", spending="pocock"),
                                              2, 14),
+    # Issue 44, part 4: the screen's first seed is the selection run's test figures (screen_reuse).
+    "s1-scr1r-m14-L3,6,9,12": (replace(SCREEN_DESIGN, screen=1, screen_reuse=True), 2, 13),
+    "s1-scr1r-m16-L4,8,12,16-noguard": (replace(SCREEN_DESIGN, screen=1, screen_reuse=True, contenders=16,
+                                                selection_guard="none", confirmation_looks=(4, 8, 12, 16)),
+                                        2, 17),
     "baseline-3": (BASELINE_DESIGN, 3, 3),
     "baseline-5": (BASELINE_DESIGN, 3, 5),
     "argmax-5": (Design(gate="best"), 3, 5),

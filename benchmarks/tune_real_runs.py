@@ -287,8 +287,10 @@ def run_tune(pool: Pool, design: Any, selection: Sequence[int], confirmation: Se
         for r in requests:
             i, j = row[r.label], column[r.seed]
             if r.phase == "selection":
+                # screen_reuse: the same run's test figures are the screen's first seed
+                reused = layout.test(test[i, j], range(layout.k)) if design.screen_reuse else None
                 plan.record_validation(r.label, r.seed, layout.validation(r.label, r.seed, val[i, j],
-                                                                          pool.labels_digest))
+                                                                          pool.labels_digest), test=reused)
             else:
                 plan.record_test(r.label, r.seed, layout.test(test[i, j], plan.hard_classes))
     advice = plan.advice()

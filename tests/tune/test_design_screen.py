@@ -191,7 +191,8 @@ def test_a_one_seed_selection_ranks_on_one_run_and_the_screen_decides():
                          ("selection", "c", 5), ("selection", "erm", 6)]
     assert plan.contenders == ["b", "c"]
     assert plan.choice is not None and plan.choice.score("c").eligible
-    assert plan.choice.score("a").reason == "not eligible: overall accuracy below ERM's by more than ERM's seed SE"
+    assert plan.choice.score("a").reason == "overall accuracy below ERM's by more than ERM's seed SE"
+    assert plan.advice().ruled_out["a"] == "not eligible: overall accuracy below ERM's by more than ERM's seed SE"
     advice = plan.advice()
     assert (advice.adopt, advice.use) == (True, "b")
     assert plan.max_trainings() == 5 + 2 * 3 + 2 * 6

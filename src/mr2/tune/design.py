@@ -188,6 +188,8 @@ REFERENCE_FAILED = (
 TOO_FEW_SELECTION_SEEDS = "the selection needs at least 2 seeds; got {count}"
 SEEDS_OVERLAP = "selection and confirmation seeds must be disjoint; both have {seeds}"
 BAD_DESIGN = "invalid design: {detail}"
+NO_REUSED_TEST = ("selection trial {label!r} seed {seed}: this design's screen reuses the selection runs' "
+                  "test figures; pass test=seed_figures(...) of the trial's test split")
 FAILED = "failed ({reason})"
 _OVERALL_COST = "overall accuracy below ERM's by more than ERM's seed SE"
 _NO_SCORE = "no score"
@@ -593,6 +595,13 @@ class Design:
             the test split ranks the classes far better than a small validation split. Needs the
             screen's test figures with per-class accuracies (:func:`mr2.tune.verdict.seed_figures`);
             without them the selection's hard classes stay.
+        screen_reuse: the screen also counts each contender's and ERM's TEST figures from the first
+            selection seed (a selection trial predicts both splits: the run is there already), so
+            ``screen`` fresh seeds give a screen of ``screen + 1`` seeds. Needs one selection seed per
+            candidate (``selection_looks=(1,)``), ``screen >= 1``, ``screen_tiers`` and the test
+            figures with every selection trial (:meth:`Plan.record_validation`'s ``test``). The
+            finalist is still tested on the seeds after the screen only, so the error rate's argument
+            is unchanged: nothing that chose the finalist is among them.
     """
 
     alpha: float = 0.05
@@ -610,6 +619,7 @@ class Design:
     selection_guard: Literal["overall", "none"] = "overall"
     screen: int = 0
     screen_tiers: bool = True
+    screen_reuse: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -645,8 +655,13 @@ class Design:
         if self.boundaries == "binding" and (self.variance != "own" or self.multiplicity != "bonferroni"):
             problems.append("boundaries 'binding' are computed for each contender's own t-test: variance "
                             "'own' and multiplicity 'bonferroni'")
-        if self.screen < 0 or self.screen == 1:
-            problems.append(f"screen {self.screen} must be 0 (no screen) or at least 2 seeds")
+        if self.screen < 0 or (self.screen == 1 and not self.screen_reuse):
+            problems.append(f"screen {self.screen} must be 0 (no screen) or at least 2 seeds "
+                            "(1 with screen_reuse)")
+        if self.screen_reuse and not (self.screen >= 1 and self.selection_looks == (1,)
+                                      and self.screen_tiers):
+            problems.append("screen_reuse needs a screen (screen >= 1), one selection seed per candidate "
+                            "(selection_looks=(1,)) and screen_tiers")
         if self.screen and self.gate != "best":
             problems.append("a screen needs gate 'best' (it picks one of several contenders)")
         if self.screen and (self.variance != "own" or self.multiplicity != "bonferroni"):
@@ -671,6 +686,7 @@ class Design:
             "selection_guard": self.selection_guard,
             "screen": self.screen,
             "screen_tiers": self.screen_tiers,
+            "screen_reuse": self.screen_reuse,
         }
 
     @property
@@ -770,6 +786,8 @@ class Advice:
         design: the design applied.
         screen_seeds: the fresh seeds of the screen ([] when no screen ran); its looks have index 0
             and the finalist's looks 1, 2, ...
+        reused_seeds: the selection seed whose runs' test figures the screen also counted
+            (:attr:`Design.screen_reuse`; [] otherwise).
         screen_tiers: the hard classes were ranked again on ERM's test runs of the screen.
         confirmation_pool: the confirmation seeds the tune was given (0: not known); fewer than
             :attr:`Design.confirmation_seeds` cut the design short, and the advice says so.
@@ -785,6 +803,7 @@ class Advice:
     ruled_out: dict[str, str] = field(default_factory=dict)
     design: Design = DEFAULT_DESIGN
     screen_seeds: list[int] = field(default_factory=list)
+    reused_seeds: list[int] = field(default_factory=list)
     screen_tiers: bool = False
     confirmation_pool: int = 0
 
@@ -800,6 +819,7 @@ class Advice:
             "ruled_out": self.ruled_out,
             "design": self.design.to_dict(),
             "screen_seeds": self.screen_seeds,
+            "reused_seeds": self.reused_seeds,
             "screen_tiers": self.screen_tiers,
             "confirmation_pool": self.confirmation_pool,
         }
@@ -888,8 +908,11 @@ class Plan:
         self._levels: list[float] = []
         self._validation: dict[str, dict[int, ValidationFigures]] = {label: {} for label in self.labels}
         self._test: dict[str, dict[int, SeedFigures]] = {label: {} for label in self.labels}
+        # screen_reuse: the test figures of the first selection seed's trials (the screen's first seed)
+        self._reused: dict[str, dict[int, SeedFigures]] = {label: {} for label in self.labels}
         self._active = [label for label in self.labels if label != reference]  # in the race
         self._ruled_out: dict[str, str] = {}
+        self._ineligible: dict[str, str] = {}  # why a candidate was not eligible (no "not eligible: ")
         self._failed: set[str] = set()  # ruled out because a trial failed (not eligible, dropped... are not)
         self._outstanding: set[Request] = set()
         self._issued: set[Request] = set()
@@ -977,11 +1000,22 @@ class Plan:
                 return requests
         return []
 
-    def record_validation(self, label: str, seed: int, figures: ValidationFigures) -> None:
-        """A selection trial's validation figures."""
+    def record_validation(self, label: str, seed: int, figures: ValidationFigures,
+                          test: SeedFigures | None = None) -> None:
+        """A selection trial's validation figures, and with :attr:`Design.screen_reuse` its test
+        figures (:func:`mr2.tune.verdict.seed_figures`, per-class accuracies needed; the hard tier is
+        scored again on the screen's classes).
+
+        Raises:
+            TuneSelectionError: the design reuses the selection runs' test figures and ``test`` is None.
+        """
+        if self.design.screen_reuse and test is None:
+            raise TuneSelectionError(NO_REUSED_TEST.format(label=label, seed=seed))
         request = self._take(SELECTION, label, seed)
         if request is not None:
             self._validation[request.label][request.seed] = figures
+            if test is not None and request.seed == self.selection_seeds[0]:
+                self._reused[request.label][request.seed] = test
             if figures.collapsed:
                 self._collapsed.setdefault(request.label, []).append(request.seed)
 
@@ -1032,6 +1066,7 @@ class Plan:
             ruled_out=dict(self._ruled_out),
             design=self.design,
             screen_seeds=list(self.confirmation_seeds[:self._offset]),
+            reused_seeds=sorted(self._reused[self.reference]) if self._offset else [],
             screen_tiers=self._screen_tiers is not None,
             confirmation_pool=len(self.confirmation_seeds),
         )
@@ -1170,7 +1205,9 @@ class Plan:
                 single = interim and len(score.runs) == 1
                 reason = (_NO_SCORE if math.isnan(score.mean) else _OVERALL_COST) if single else score.reason
                 when = f" (at selection stage {self._stage + 1}, {len(seeds)} seed(s))" if interim else ""
-                self._ruled_out.setdefault(score.label, f"not eligible: {reason or _OVERALL_COST}{when}")
+                if score.label not in self._ruled_out:
+                    self._ineligible[score.label] = f"{reason or _OVERALL_COST}{when}"
+                    self._ruled_out[score.label] = f"not eligible: {self._ineligible[score.label]}"
         if interim:
             keep = self.design.keep[self._stage] if self._stage < len(self.design.keep) else len(ranked)
             for label in ranked[keep:]:
@@ -1185,8 +1222,9 @@ class Plan:
             choice = choose(self._selection_runs(shown), self.criterion, self.reference,
                             min_runs=1 if one_seed else 2)
             for score in choice.scores:
-                if score.label in self._ruled_out:
-                    score.eligible, score.reason = False, self._ruled_out[score.label]
+                if score.label in self._ruled_out:  # the table's "eligible" column says why not
+                    score.eligible = False
+                    score.reason = self._ineligible.get(score.label, self._ruled_out[score.label])
             choice = _decide_again(choice)
         self._choice = choice
         if self.design.gate == "margin":
@@ -1299,8 +1337,8 @@ class Plan:
     def _evaluate_screen(self) -> None:
         """The screen's results are in: the finalist (largest mean hard-tier change among the
         contenders above the futility bound, overall accuracy not worse, no unstable run), or none."""
-        reference = self._test[self.reference]
-        runs = {label: self._test[label] for label in self._active}
+        reference = self._screen_runs(self.reference)
+        runs = {label: self._screen_runs(label) for label in self._active}
         hard = self._screen_classes()
         if hard is not None:
             reference = {s: rescored(f, hard) for s, f in reference.items()}
@@ -1336,12 +1374,13 @@ class Plan:
                                          verdict.overall_cost, decision))
             if label != finalist:
                 self._active.remove(label)
-                seeds = len(verdict.seeds)
+                seeds = (f"{len(verdict.seeds)} seeds, the first selection seed's among them"
+                         if self.design.screen_reuse else f"{len(verdict.seeds)} fresh seeds")
                 self._ruled_out[label] = (
-                    f"futility at the screen ({seeds} fresh seeds)" if decision == FUTILITY
-                    else f"screened out: {why[label]} on the screen's {seeds} fresh seeds" if label in why
+                    f"futility at the screen ({seeds})" if decision == FUTILITY
+                    else f"screened out: {why[label]} on the screen's {seeds}" if label in why
                     else f"screened out: {finalist} changed the test hard tier more on the screen's "
-                         f"{seeds} fresh seeds")
+                         f"{seeds}")
         self._screening = False
         self._offset = self._screen_size
         self._finalist = finalist
@@ -1349,13 +1388,18 @@ class Plan:
         if finalist is None:
             self._finish(self._final_reason())
 
+    def _screen_runs(self, label: str) -> dict[int, SeedFigures]:
+        """A contender's (or ERM's) test figures on the screen's seeds: the first selection seed's
+        (with :attr:`Design.screen_reuse`) and the screen's fresh seeds."""
+        return {**self._reused[label], **self._test[label]}
+
     def _screen_classes(self) -> list[int] | None:
         """The hard tier of ERM's mean per-class test accuracy over the screen's runs (None: no
         ``screen_tiers``, or a screen run without per-class figures)."""
-        runs = [f for label in [self.reference, *self._active] for f in self._test[label].values()]
+        runs = [f for label in [self.reference, *self._active] for f in self._screen_runs(label).values()]
         if not self.design.screen_tiers or not all(f.per_class for f in runs):
             return None
-        accuracy = np.mean([f.per_class for f in self._test[self.reference].values()], axis=0)
+        accuracy = np.mean([f.per_class for f in self._screen_runs(self.reference).values()], axis=0)
         ranked = np.flatnonzero(~np.isnan(accuracy))
         if ranked.size == 0:
             return None

@@ -247,7 +247,11 @@ class _Run:
             y_true, y_pred = result.predictions["val"]
             figures = ValidationFigures.from_predictions(f"{label}@{trial.seed}", trial.seed, y_true, y_pred,
                                                          self.num_classes)
-            self.plan.record_validation(label, trial.seed, figures)
+            reused = None
+            if self.plan.design.screen_reuse:  # the screen's first seed: this run's test figures
+                y_test, y_test_pred = result.predictions["test"]
+                reused = seed_figures(y_test, y_test_pred, list(range(self.num_classes)), self.num_classes)
+            self.plan.record_validation(label, trial.seed, figures, test=reused)
             self.validation.setdefault(label, {})[trial.seed] = figures
             if not self.warned and label == REFERENCE_LABEL:
                 self.warned = True

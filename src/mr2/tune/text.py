@@ -19,7 +19,7 @@ import yaml
 
 from mr2.report.tables import format_percent
 from mr2.tune.selection import MIN_SAMPLES_PER_CLASS, Choice
-from mr2.tune.verdict import MAX_SEEDS, NOTHING_TO_CONFIRM, Verdict
+from mr2.tune.verdict import NOTHING_TO_CONFIRM, Verdict
 
 if TYPE_CHECKING:
     from mr2.tune.candidates import Candidate
@@ -108,6 +108,16 @@ def _gate_text(gate: str, ref: str) -> str:
             f"seed standard error of that score; otherwise the recommendation is {ref}.")
 
 
+def _screen_seeds(advice: Advice) -> str:
+    """The screen's seeds in words: "2 fresh seeds", or with the selection seed's runs reused
+    "2 seeds: the selection seed 0's runs and 1 fresh"."""
+    fresh = len(advice.screen_seeds)
+    if not advice.reused_seeds:
+        return f"{fresh} fresh seeds"
+    reused = ", ".join(str(s) for s in advice.reused_seeds)
+    return f"{fresh + len(advice.reused_seeds)} seeds: the selection seed {reused}'s runs and {fresh} fresh"
+
+
 def _points(value: float) -> str:
     if math.isnan(value):
         return "n/a"
@@ -171,7 +181,7 @@ def choice_table(choice: Choice, contenders: Sequence[str] | None = None) -> str
         else:
             mark = " (to the confirmation)" if score.label in contenders else ""
         eligible = "reference" if score.label == choice.reference else (
-            "yes" if score.eligible else f"no: {score.reason.removeprefix('not eligible: ')}")
+            "yes" if score.eligible else f"no: {score.reason}")
         lines.append(
             f"| {name}{mark} | {len(score.runs)} | {format_percent(score.mean)} ± "
             f"{format_percent(score.se)} | {format_percent(score.overall_mean)} ± "
@@ -293,19 +303,6 @@ def _floor_note(verdict: Verdict) -> str:
             "split's accuracies alone gives")
 
 
-def _seeds_sentence(verdict: Verdict) -> str:
-    now = f"{100 * verdict.power_now:.0f}%" if not math.isnan(verdict.power_now) else "n/a"
-    if verdict.seeds_needed is None:
-        needed = f"more than {MAX_SEEDS:,} confirmation seeds"
-    else:
-        needed = f"{verdict.seeds_needed} confirmation seeds"
-    return (
-        f"If the true effect and spread were the observed ones, {needed} would give a one-sided paired "
-        f"t-test at level {verdict.alpha:g} a power of {100 * verdict.power:.0f}% to show it (its power "
-        f"with the {len(verdict.seeds)} seeds run: {now})."
-    )
-
-
 def early_size_warning(samples: tuple[int, float]) -> str | None:
     """The small-validation warning from ``(min, median)`` scored samples per class, printed right
     after ERM's first trial (None at :data:`MIN_SAMPLES_PER_CLASS` or more)."""
@@ -346,16 +343,19 @@ def design_text(design: Design) -> str:
         bound = 0 if design.futility is None else design.futility
         tiers = (" The hard classes are then ranked again on ERM's test runs of the screen."
                  if design.screen_tiers else "")
+        screen = (f"A screen of {design.screen + 1} seeds (the test figures of the first selection seed's "
+                  f"runs and {design.screen} fresh seed{'s' if design.screen > 1 else ''} on which ERM and "
+                  "every contender are trained) adopts nothing" if design.screen_reuse else
+                  f"A screen of {design.screen} seeds trains ERM and every contender and adopts nothing")
         return (
-            f"{selection}; {gate}. Confirmation on the test split with fresh seeds. A screen of "
-            f"{design.screen} seeds trains ERM and every contender and adopts nothing: the contender with "
-            f"the largest test hard-tier gain (t above {bound:g}, overall accuracy not worse beyond noise) "
-            f"is the FINALIST.{tiers} The finalist alone goes on, against ERM on the seeds after the "
-            f"screen, {looks}: it is ADOPTED only if a one-sided paired t-test of its test hard-tier gain "
-            f"over ERM on those seeds rejects 'no better than ERM' at level {design.alpha:g} over its "
-            f"looks, spent by the {design.spending.replace('_', '-')} rule{_binding_text(design)}, and its "
-            "test overall accuracy is not below ERM's by more than ERM's seed standard error. Otherwise "
-            "the advice is ERM."
+            f"{selection}; {gate}. Confirmation on the test split with fresh seeds. {screen}: the "
+            f"contender with the largest test hard-tier gain (t above {bound:g}, overall accuracy not "
+            f"worse beyond noise) is the FINALIST.{tiers} The finalist alone goes on, against ERM on the "
+            f"seeds after the screen, {looks}: it is ADOPTED only if a one-sided paired t-test of its test "
+            f"hard-tier gain over ERM on those seeds rejects 'no better than ERM' at level {design.alpha:g} "
+            f"over its looks, spent by the {design.spending.replace('_', '-')} rule{_binding_text(design)}, "
+            "and its test overall accuracy is not below ERM's by more than ERM's seed standard error. "
+            "Otherwise the advice is ERM."
         )
     return (
         f"{selection}; {gate}. Confirmation on the test split with fresh seeds, {looks}: a contender is "
@@ -487,13 +487,13 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
     if advice.screen_seeds and screened and not reached:  # no finalist: each one's reason
         reasons = "; ".join(f"{label}: {advice.ruled_out[label]}" for label in [*screened, *futile]
                             if label in advice.ruled_out)
-        return "futility", (f"No finalist at the screen ({len(advice.screen_seeds)} fresh seeds), so "
+        return "futility", (f"No finalist at the screen ({_screen_seeds(advice)}), so "
                             f"nothing went on to be tested: {reasons}.")
     if futile and not reached and advice.screen_seeds and all(last[label].look == 0 for label in futile):
         changes = ", ".join(f"{label} {_points(last[label].mean_difference)}" for label in futile)
         floor = 0 if advice.design.futility is None else advice.design.futility
         return "futility", (
-            f"Stopped for futility at the screen ({len(advice.screen_seeds)} fresh seeds): no contender "
+            f"Stopped for futility at the screen ({_screen_seeds(advice)}): no contender "
             f"showed enough gain on the test hard tier to become the finalist (t above {floor:g}); mean "
             f"changes in points: {changes}.")
     if futile and not reached:
@@ -667,7 +667,8 @@ def advice_text(advice: Advice, use: Candidate,
     if advice.verdict is not None and advice.verdict.outcome != NOTHING_TO_CONFIRM:
         seeds = ", ".join(str(s) for s in advice.verdict.seeds)
         ranked_on = ("ERM's test accuracies on the screen's seeds "
-                     + ", ".join(str(s) for s in advice.screen_seeds)) if advice.screen_tiers \
+                     + ", ".join(str(s) for s in [*advice.reused_seeds, *advice.screen_seeds])) \
+            if advice.screen_tiers \
             else "ERM's validation accuracies"
         after = " after the screen" if advice.screen_seeds else ""
         lines += [f"Verdict on the confirmation (test split, fresh seeds {seeds}{after}), "
