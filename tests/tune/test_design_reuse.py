@@ -131,3 +131,34 @@ def test_the_printed_rule_and_the_advice_say_where_the_screens_seeds_come_from()
     assert kind == "futility"
     assert sentence.startswith("Stopped for futility at the screen (2 seeds: the selection seed 5's runs "
                                "and 1 fresh)")
+
+
+def test_a_tune_reuses_the_selection_runs_test_predictions_end_to_end(tmp_path):
+    """Through mr2.tune.tune: the driver passes each selection trial's test predictions, the screen's
+    verdicts count the first selection seed, and the tiers are ranked on ERM's runs of the selection
+    seed and the fresh screen seed (float64 oracle)."""
+    from helpers.tune_trials import Y_TEST, predict, simulated
+    from helpers.tune_trials import K as SIM_K
+    from mr2.report.tiers import assign_tiers
+    from mr2.tune import candidates as tune_candidates
+    from mr2.tune import tune
+
+    chosen = [c for c in tune_candidates("full", losses_only=True)
+              if c.label in ("erm", "mr2-logit_only-c1", "mr2-logit_only-c2", "center_loss")]
+    result = tune(simulated, num_classes=SIM_K, candidates=chosen, seeds=[1, 2], confirm_seeds=list(range(10, 18)),
+                  output_dir=tmp_path, design=DESIGN)
+    advice = result.advice
+    assert advice.reused_seeds == [1] and advice.screen_seeds == [10]
+    assert {tuple(look.seeds) for look in advice.looks if look.look == 0} == {(1, 10)}
+    erm = np.mean([[np.mean(predict(Y_TEST, "erm", s, "test")[k == Y_TEST] == k) for k in range(SIM_K)]
+                   for s in (1, 10)], axis=0)
+    tiers = [int(t) for t in assign_tiers(erm, 3)]
+    hard = [k for k, t in enumerate(tiers) if t == max(tiers)]
+    screen = [look for look in advice.looks if look.look == 0]
+    for look in screen:
+        expected = np.mean([np.mean([np.mean(predict(Y_TEST, look.contender, s, "test")[k == Y_TEST] == k)
+                                     - np.mean(predict(Y_TEST, "erm", s, "test")[k == Y_TEST] == k)
+                                     for k in hard]) for s in (1, 10)])
+        assert look.mean_difference == pytest.approx(expected, abs=1e-12)
+    if advice.verdict is not None and advice.chosen is not None:
+        assert advice.verdict.seeds[0] == 11 and 1 not in advice.verdict.seeds

@@ -201,6 +201,8 @@ class _Run:
         self.validation: dict[str, dict[int, ValidationFigures]] = {}
         self.test: dict[str, dict[int, SeedFigures]] = {}
         self.test_per_class: dict[str, dict[int, np.ndarray]] = {}
+        # screen_reuse: the selection trials' test figures the screen counted (label -> seed -> figures)
+        self.reused: dict[str, dict[int, SeedFigures]] = {}
 
     @property
     def num_classes(self) -> int:
@@ -251,6 +253,7 @@ class _Run:
             if self.plan.design.screen_reuse:  # the screen's first seed: this run's test figures
                 y_test, y_test_pred = result.predictions["test"]
                 reused = seed_figures(y_test, y_test_pred, list(range(self.num_classes)), self.num_classes)
+                self.reused.setdefault(label, {})[trial.seed] = reused
             self.plan.record_validation(label, trial.seed, figures, test=reused)
             self.validation.setdefault(label, {})[trial.seed] = figures
             if not self.warned and label == REFERENCE_LABEL:
@@ -529,7 +532,9 @@ def _picture(run: _Run, advice: Advice, use: Candidate, happened: str, explanati
             title=f"mr2 tune {request.name}: {len(request.candidates) - 1} candidates against ERM",
             advice_line=line, advice=advice, reference=REFERENCE_LABEL, criterion=request.criterion,
             selection_seeds=request.seeds, selection_looks=request.design.selection_looks,
-            validation=run.validation, attempted=attempted, test=run.test, per_class=run.test_per_class,
+            validation=run.validation, attempted=attempted,
+            test={label: {**run.reused.get(label, {}), **figures} for label, figures in run.test.items()},
+            per_class=run.test_per_class,
             num_classes=run.num_classes, class_names=run.class_names,
             hard_classes=[] if choice is None else choice.hard_classes, report=report)
         return write_picture(request.directory, data), ""

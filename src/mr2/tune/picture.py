@@ -246,7 +246,8 @@ def picture_data(*, title: str, advice_line: str, advice: Advice, reference: str
         selection_seeds, selection_looks: the selection pool and the design's stages.
         validation: label -> seed -> validation figures of every selection trial that finished.
         attempted: ``(label, seed)`` of every selection trial run (finished or failed).
-        test: label -> seed -> test figures on the hard tier, of every confirmation trial.
+        test: label -> seed -> test figures on the hard tier, of every confirmation trial (and of the
+            selection trials whose test figures a screen counted, :attr:`Design.screen_reuse`).
         per_class: label -> seed -> per-class test accuracy [K] of every confirmation trial.
         num_classes: K.
         class_names: K names (None: the ids).
