@@ -367,6 +367,8 @@ class MR2Loss(nn.Module):
         """
         if self._parts is None and self._deferred_parts is not None:
             total, logit_term, gamma, margin_spread, seen = self._deferred_parts
+            if logit_term is None:  # a steady linear-probe step kept its loss: detached here
+                total = logit_term = total.detach()
             if isinstance(margin_spread, tuple):  # a steady linear-probe step: from its state
                 margin_spread = _spread_of(*margin_spread)
             if seen is None:  # every class was known to have been seen at that step
@@ -628,22 +630,23 @@ class MR2Loss(nn.Module):
             except BaseException:
                 attributes["_deferred_parts"] = last
                 raise
-            # logit_temperatures() with every class seen (no readiness test).
-            root = (sq_norm_sum / count.clamp_min(1e-12)).pow(1.0 / 3.0)
-            scaled = root * statistics._scalar(self.c_bar * self.num_classes, root)
-            gamma = (scaled / root.sum()).clamp_min(self.min_logit_temperature)
-            gamma = torch.nan_to_num(gamma, nan=1.0, posinf=1.0, neginf=1.0)
+            # logit_temperatures() with every class seen (no readiness test), in place on fresh
+            # tensors (the same arithmetic). The buffers hold copies of count and sq_norm_sum: count
+            # may be clamped in place (what it is kept for, _spread_of, clamps it the same way).
+            root = torch.div(sq_norm_sum, count.clamp_min_(1e-12)).pow_(1.0 / 3.0)
+            total = root.sum()
+            gamma = root.mul_(statistics._scalar(self.c_bar * self.num_classes, root)).div_(total)
+            gamma = gamma.clamp_min_(self.min_logit_temperature).nan_to_num_(1.0, 1.0, 1.0)
         # scaled_logit_loss: the logits divided by their row's temperature, the built-in loss.
         logit_term = F.cross_entropy(logits / gamma.index_select(0, target).unsqueeze(1), target)
         attributes["representation_skipped"] = True
-        detached = logit_term.detach()
         attributes["_parts"] = None
         state = statistics._buffers["feature_sum"]
         assert state is not None
-        # What the spreads are computed from when read: the state (changed in place by the next
-        # update, which first calls before_write), the fresh n_k and Q_k.
+        # What the parts are finished from when read: the loss (detached then), the state (changed
+        # in place by the next update, which first calls before_write), the fresh n_k and Q_k.
         attributes["_deferred_parts"] = (
-            detached, detached, gamma, (state, state._version, count, sq_norm_sum), None
+            logit_term, None, gamma, (state, state._version, count, sq_norm_sum), None
         )
         statistics.__dict__["before_write"] = self._settle_deferred_parts
         return logit_term
@@ -657,10 +660,12 @@ class MR2Loss(nn.Module):
 
     def _settle_deferred_parts(self) -> None:
         """Compute the spreads a deferred :attr:`parts` reads from the statistics' state now (their
-        ``before_write`` hook: the state is about to change)."""
+        ``before_write`` hook: the state is about to change), and detach the loss it keeps."""
         deferred = self.__dict__["_deferred_parts"]
         if deferred is not None and isinstance(deferred[3], tuple):
-            self.__dict__["_deferred_parts"] = (*deferred[:3], _spread_of(*deferred[3]), deferred[4])
+            loss = deferred[0].detach()
+            spread = _spread_of(*deferred[3])
+            self.__dict__["_deferred_parts"] = (loss, loss, deferred[2], spread, deferred[4])
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor

@@ -586,7 +586,7 @@ class ClassFeatureStatistics(nn.Module):
         state, count_buf, sq_buf = buffers["feature_sum"], buffers["count"], buffers["sq_norm_sum"]
         assert state is not None and count_buf is not None and sq_buf is not None
         x = features.detach() if features.requires_grad else features
-        sq_norms = torch.linalg.vector_norm(x, dim=1).square()
+        sq_norms = torch.linalg.vector_norm(x, dim=1).square_()
         seen_count = self._host_counts(target)  # checks the range as it counts
         count = seen_count.to(x.dtype)
         sq_norm_sum = torch.bincount(target, weights=sq_norms, minlength=self.num_classes)
@@ -597,7 +597,7 @@ class ClassFeatureStatistics(nn.Module):
         # prepare()'s guard, 4 n.Q, added to the logits' sum in one operation: finite only when both
         # are (a finite sum may still overflow: the exact check then decides).
         dot = torch.dot(new_count, new_sq_norm_sum)
-        if not math.isfinite(float(torch.add(_sum_of(logits), dot, alpha=4.0))):
+        if not math.isfinite(float(_sum_of(logits).add_(dot, alpha=4.0))):
             guard = dot * self._scalar(4.0, dot)
             check_statistics_finite({"logits": logits}, guard, also_count={"features": x})
         self._before_write()
