@@ -499,6 +499,11 @@ SCREEN_DESIGN = Design(selection_looks=(1,), gate="best", contenders=14, screen=
                        confirmation_looks=(3, 6, 9, 12), spending="obrien_fleming", boundaries="union",
                        futility=0.5)
 
+#: Issue 44, part 4 (the default since): the 16 best by one validation seed (no overall guard) screened
+#: on the first selection seed's test figures and 1 fresh seed; the finalist at 4, 8, 12, 16 seeds.
+REUSE_DESIGN = replace(SCREEN_DESIGN, screen=1, screen_reuse=True, contenders=16, selection_guard="none",
+                       confirmation_looks=(4, 8, 12, 16))
+
 #: name -> (design, selection pool size, confirmation pool size). ``sA,BkC``: selection stages at A
 #: then B seeds per candidate, C kept after the first; ``mM``: M contenders confirmed; ``LX,Y``:
 #: confirmation looks at X, Y fresh seeds; ``fF``: futility at t <= F (0 unless given).
@@ -513,9 +518,7 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
                                              2, 14),
     # Issue 44, part 4: the screen's first seed is the selection run's test figures (screen_reuse).
     "s1-scr1r-m14-L3,6,9,12": (replace(SCREEN_DESIGN, screen=1, screen_reuse=True), 2, 13),
-    "s1-scr1r-m16-L4,8,12,16-noguard": (replace(SCREEN_DESIGN, screen=1, screen_reuse=True, contenders=16,
-                                                selection_guard="none", confirmation_looks=(4, 8, 12, 16)),
-                                        2, 17),
+    "s1-scr1r-m16-L4,8,12,16-noguard": (REUSE_DESIGN, 2, 17),
     "baseline-3": (BASELINE_DESIGN, 3, 3),
     "baseline-5": (BASELINE_DESIGN, 3, 5),
     "argmax-5": (Design(gate="best"), 3, 5),

@@ -6,7 +6,9 @@ go to OUT/results-SCENARIO.jsonl (resumable); the truth files are copied there, 
 with TUNE_CHECK_OUT=OUT.
 
     python replay.py SCENARIO DESIGN_NAME OUT [LIMIT]   # DESIGN_NAME: default, or a name of
-                                                        # benchmarks/tune_design_search.py --list
+                                                        # benchmarks/tune_design_search.py --list or of
+                                                        # tune_operating_characteristics.py's DESIGNS
+A design that uses more than 14 confirmation seeds gets them (up to base + 19, below the next tune's).
 """
 import importlib.util
 import io
@@ -29,7 +31,15 @@ import mr2.tune
 spec = importlib.util.spec_from_file_location(
     "search", Path(__file__).resolve().parents[2] / "benchmarks" / "tune_design_search.py")
 search = importlib.util.module_from_spec(spec); sys.modules["search"] = search; spec.loader.exec_module(search)
-design = search.designs()[name] if name != "default" else mr2.tune.design.DEFAULT_DESIGN
+if name == "default":
+    design = mr2.tune.design.DEFAULT_DESIGN
+elif name in search.designs():
+    design = search.designs()[name]
+else:  # a name of benchmarks/tune_operating_characteristics.py's DESIGNS
+    design = search.OC.DESIGNS[name][0]
+# the design's confirmation pool (the study's tunes are 20 seeds apart: base + 2 .. base + 19 are free)
+confirm = max(14, design.confirmation_seeds)
+assert confirm <= 18, confirm
 src = SRC
 out.mkdir(parents=True, exist_ok=True)
 for f in src.glob(f"truth*-{scenario}.json"):
@@ -52,7 +62,7 @@ for line in (src / f"results-{scenario}.jsonl").read_text().splitlines():
     base = 1000 + 20 * r
     t = time.time(); log = io.StringIO()
     res = mr2.tune.tune(d.train_fn, num_classes=10, seeds=[base, base + 1],
-                        confirm_seeds=list(range(base + 2, base + 16)), output_dir=out / f"runs-{scenario}",
+                        confirm_seeds=list(range(base + 2, base + 2 + confirm)), output_dir=out / f"runs-{scenario}",
                         name=f"tune{r}", stream=log, design=design)
     rec = res.record.to_dict()
     row = {"tune": r, "adopt": res.adopt, "use": res.advice.use, "chosen": res.advice.chosen,

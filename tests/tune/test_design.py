@@ -274,13 +274,15 @@ def test_union_boundaries_hold_their_level_with_t_tests_by_monte_carlo(rule, loo
 
 
 def test_the_default_design_in_numbers():
-    """The rule stated in the module docstring: every candidate on 1 selection seed (ERM on 2), the 14
-    best eligible screened on 2 fresh seeds, the finalist tested alone at looks 3, 6, 9 and 12 seeds
-    after the screen with O'Brien-Fleming-type levels spending the whole 0.05."""
+    """The rule stated in the module docstring: every candidate on 1 selection seed (ERM on 2), the 16
+    best (no overall guard) screened on the first selection seed's test figures and 1 fresh seed, the
+    finalist tested alone at looks 4, 8, 12 and 16 seeds after the screen with O'Brien-Fleming-type
+    levels spending the whole 0.05."""
     assert DEFAULT_DESIGN.selection_looks == (1,) and DEFAULT_DESIGN.keep == ()
-    assert DEFAULT_DESIGN.contenders == 14 and DEFAULT_DESIGN.screen == 2 and DEFAULT_DESIGN.screen_tiers
-    assert DEFAULT_DESIGN.confirmation_looks == (3, 6, 9, 12) and DEFAULT_DESIGN.futility == 0.5
-    assert (DEFAULT_DESIGN.selection_seeds, DEFAULT_DESIGN.confirmation_seeds) == (2, 14)
+    assert DEFAULT_DESIGN.contenders == 16 and DEFAULT_DESIGN.screen == 1 and DEFAULT_DESIGN.screen_tiers
+    assert DEFAULT_DESIGN.screen_reuse and DEFAULT_DESIGN.selection_guard == "none"
+    assert DEFAULT_DESIGN.confirmation_looks == (4, 8, 12, 16) and DEFAULT_DESIGN.futility == 0.5
+    assert (DEFAULT_DESIGN.selection_seeds, DEFAULT_DESIGN.confirmation_seeds) == (2, 17)
     from scipy.stats import norm
 
     levels = nominal_levels([1 / 4, 2 / 4, 3 / 4, 1], DEFAULT_DESIGN.alpha, "obrien_fleming")
@@ -290,9 +292,9 @@ def test_the_default_design_in_numbers():
     assert levels == pytest.approx(np.diff([0.0, *spent]), rel=1e-9)
     assert sum(levels) == pytest.approx(0.05, rel=1e-9)
     plan = Plan(["erm", *[f"c{i}" for i in range(17)]], selection_seeds=[1, 2],
-                confirmation_seeds=list(range(10, 24)))
-    # ERM 2 + 17 x 1 selection runs; the screen (1 + 14) x 2; the finalist and ERM 2 x 12 at most.
-    assert plan.max_trainings() == 19 + 30 + 24
+                confirmation_seeds=list(range(10, 27)))
+    # ERM 2 + 17 x 1 selection runs; the screen (1 + 16) x 1 fresh seed; the finalist and ERM 2 x 16 at most.
+    assert plan.max_trainings() == 19 + 17 + 32
     assert 19 < plan.expected_trainings() == 19 + SIMULATED_CONFIRMATION_TRAININGS <= plan.max_trainings()
 
 

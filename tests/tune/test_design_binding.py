@@ -155,7 +155,9 @@ def test_a_capped_confirmation_says_what_the_design_needed_and_how_many_seeds_th
     from mr2.tune.text import seeds_needed, what_happened
 
     labels = ["erm", "a", "b"]
-    plan = Plan(labels, selection_seeds=[1, 2], confirmation_seeds=[10, 11, 12], design=DEFAULT_DESIGN)
+    # the design of issue 44, part 2 (a 2-seed screen, skipped on a pool of 3)
+    design = Design(selection_looks=(1,), contenders=14, screen=2, confirmation_looks=(3, 6, 9, 12), futility=0.5)
+    plan = Plan(labels, selection_seeds=[1, 2], confirmation_seeds=[10, 11, 12], design=design)
     diffs = {10: 0.02, 11: 0.01, 12: 0.03}  # +2 points on average, SD 1 point: t = 3.46 on 2 df
     while requests := plan.next_round():
         for r in requests:

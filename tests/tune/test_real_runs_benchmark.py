@@ -38,7 +38,7 @@ def bench():
         sys.modules.pop(name, None)
 
 
-def synthetic_pool(bench, rng: np.random.Generator, lifts: dict[str, float], seeds: int = 20,
+def synthetic_pool(bench, rng: np.random.Generator, lifts: dict[str, float], seeds: int = 23,
                    val_per_half: int = 5, test_per_class: int = 1000, tau: float = 0.03):
     """ERM and the labels of ``lifts``; a run's class accuracy is ``BASE + lift on the hard third +
     N(0, tau)``, its correct counts binomial on the validation halves and the test set."""
@@ -97,7 +97,8 @@ def test_truth_against_a_loop(bench):
 
 def test_equal_candidates_adopted_near_the_null_and_a_broken_level_is_caught(bench):
     """Six candidates equal to ERM, 3 pools x 100 tunes: the shipped design adopts at most 5 % plus
-    three binomial SEs; the same design with alpha = 0.6 adopts far more (the check can fail)."""
+    three binomial SEs; the same design with alpha = 0.9 split equally over its looks and no futility
+    stop adopts far more (the check can fail)."""
     lifts = {f"c{i}": 0.0 for i in range(6)}
     sizes = bench.pool_sizes("default", DEFAULT_DESIGN)
     adopted = broken = tunes = broken_tunes = 0
@@ -105,8 +106,8 @@ def test_equal_candidates_adopted_near_the_null_and_a_broken_level_is_caught(ben
         pool = synthetic_pool(bench, np.random.default_rng([2, p]), lifts)
         truth = bench.measure_truth(pool, pool.seeds[-4:])
         ok = bench.run_scenario(pool, truth, DEFAULT_DESIGN, sizes, "as-is", 100, np.random.default_rng([3, p]))
-        bad = bench.run_scenario(pool, truth, replace(DEFAULT_DESIGN, alpha=0.6), sizes, "as-is", 40,
-                                 np.random.default_rng([3, p]))
+        broken_design = replace(DEFAULT_DESIGN, alpha=0.9, futility=None, spending="bonferroni")
+        bad = bench.run_scenario(pool, truth, broken_design, sizes, "as-is", 40, np.random.default_rng([3, p]))
         adopted += ok.adopt
         tunes += ok.tunes
         broken += bad.adopt

@@ -435,9 +435,9 @@ def test_a_k_whose_confirmation_report_cannot_fit_is_refused_before_any_trial(tm
     code = main(["tune", "--command", COMMAND, "--num-classes", "100000", "--output-dir", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    # the default design's most confirmation runs: the screen's (ERM and 14 contenders on 2 seeds) and
-    # the finalist's and ERM's on 12 seeds after it
-    assert err.startswith("mr2 tune: error: num_classes 100000: the confirmation report would hold 54 trials'")
+    # the default design's most confirmation runs: the screen's (ERM and the 15 loss candidates, all
+    # contenders, on 1 fresh seed) and the finalist's and ERM's on 16 seeds after it: 16 + 2 x 16
+    assert err.startswith("mr2 tune: error: num_classes 100000: the confirmation report would hold 48 trials'")
     assert "more than this process can allocate now" in err
     assert not (tmp_path / "o").exists()
 

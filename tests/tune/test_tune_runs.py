@@ -61,9 +61,10 @@ def _load(file: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def _replay(request: TuneRequest, *, selection_only: bool = False) -> tuple[Plan, list[tuple[str, str, int]]]:
     """The request's plan fed the finished runs' own predictions: the selection trials' VALIDATION
-    predictions only (predictions/val.npz), the confirmation trials' test predictions; the plan and the
-    trials it asked for ``(phase, label, seed)``. ``selection_only``: stop where the confirmation starts
-    (only validation predictions read)."""
+    predictions (predictions/val.npz; with a design whose screen reuses them, their test predictions
+    too), the confirmation trials' test predictions; the plan and the trials it asked for ``(phase,
+    label, seed)``. ``selection_only``: stop where the confirmation starts (no test figure is used
+    before it)."""
     plan = request.plan()
     trials = []
     while batch := plan.next_round():
@@ -76,7 +77,11 @@ def _replay(request: TuneRequest, *, selection_only: bool = False) -> tuple[Plan
                 y_true, y_pred = _load(predictions / "val.npz")
                 figures = ValidationFigures.from_predictions(f"{item.label}@{item.seed}", item.seed, y_true,
                                                              y_pred, NUM_CLASSES)
-                plan.record_validation(item.label, item.seed, figures)
+                reused = None
+                if plan.design.screen_reuse:
+                    y_test, y_test_pred = _load(predictions / "test.npz")
+                    reused = seed_figures(y_test, y_test_pred, list(range(NUM_CLASSES)), NUM_CLASSES)
+                plan.record_validation(item.label, item.seed, figures, test=reused)
             else:
                 y_true, y_pred = _load(predictions / "test.npz")
                 plan.record_test(item.label, item.seed, seed_figures(y_true, y_pred, plan.hard_classes,
@@ -194,8 +199,12 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     on_disk = sorted(p.name for p in confirmation_dir.glob("*__seed=*"))
     assert on_disk == confirmed
     assert all(int(name.split("=")[1]) in (3, 4, 5) for name in confirmed)
-    if advice.chosen is not None:  # ERM and the contender on the same fresh seeds
-        assert confirmed == sorted(f"{label}__seed={s}" for label in ("erm", advice.chosen) for s in (3, 4, 5))
+    screen = bool(advice.screen_seeds)  # the default design screens on a pool of 3 (1 fresh seed)
+    went_on = not screen or any(look.look >= 1 for look in advice.looks)  # the finalist's looks (0: the screen)
+    if advice.chosen is not None:  # a screen's contenders and ERM on its seed, then ERM and the finalist
+        screened = {f"{label}__seed={s}" for label in ("erm", *advice.contenders) for s in advice.screen_seeds}
+        tested = {f"{label}__seed={s}" for label in ("erm", advice.chosen) for s in (3, 4, 5)} if went_on else set()
+        assert confirmed == sorted(tested | screened) and (went_on or screened)
     if not confirmed:
         assert record["confirmation"]["report"] is None
         return
@@ -206,12 +215,17 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
     assert record["confirmation"]["report"] == str(report_file)
     assert record["confirmation"]["seeds"] == sorted({int(n.split("=")[1]) for n in confirmed})
     assert record["confirmation"]["figures"] == {key: report[key] for key in ("reference", "tiers", "methods")}
-    assert report["tiers"]["members"]["hard"] == record["selection"]["hard_tier_classes"] == choice.hard_classes
+    if not screen:
+        assert report["tiers"]["members"]["hard"] == record["selection"]["hard_tier_classes"] == choice.hard_classes
     assert record["verdict"]["hard_classes"] == report["tiers"]["members"]["hard"]
     methods = record["confirmation"]["figures"]["methods"]
     assert set(methods) == {name.split("__")[0] for name in confirmed}
     for label in methods:
-        assert methods[label]["seeds"] == [3, 4, 5]
+        on_every_seed = went_on and label in ("erm", advice.chosen)
+        assert methods[label]["seeds"] == ([3, 4, 5] if on_every_seed or not screen else [3])
+    if screen:  # the verdict covers the finalist's seeds after the screen only, the report every run
+        # (the screen's reporting: tests/tune/test_design_screen.py, test_design_reuse.py)
+        return
     # ... and its hard-tier column is the verdict's figure, run by run.
     verdict = record["verdict"]
     assert methods["erm"]["values"]["tier:hard"] == pytest.approx(verdict["hard_tier"]["reference"])
@@ -224,17 +238,21 @@ def test_tune_selects_on_validation_confirms_on_fresh_seeds_and_records_it(tuned
 
 
 def test_test_numbers_cannot_change_the_choice_and_a_rerun_reuses_every_run(tuned, tmp_path, capsys):
+    """The selection runs' test numbers never change the validation choice; with the default design
+    those of the first selection seed are the screen's first seed (tests/tune/test_design_reuse.py),
+    so the advice stays the same when every OTHER selection run's test numbers are corrupted."""
     directory, args = _finished_copy(tuned, tmp_path)
     before = json.loads((directory / "recommendation.json").read_text()
                         .replace(str(tuned.tmp / "out"), str(tmp_path / "out")))
     request = _request(tmp_path / "out")
     choice = _choice(request).to_dict()
     _plan, trials = _replay(request)
-    # Corrupt every test field of every selection run: make one candidate perfect on test and every
-    # other one worthless, the opposite of whatever the validation split said.
+    reused = request.seeds[0] if request.design.screen_reuse else None
+    # Corrupt every test field of every selection run (but the screen's): make one candidate perfect
+    # on test and every other one worthless, the opposite of whatever the validation split said.
     favoured = next(label for label in QUICK if label != choice["recommended"])
     for phase, label, seed in trials:
-        if phase == "selection":
+        if phase == "selection" and seed != reused:
             path = directory / "selection" / f"{label}__seed={seed}"
             file = path / "final.json"
             final = json.loads(file.read_text())

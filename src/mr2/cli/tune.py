@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "uses, 2)")
     parser.add_argument("--confirm-seeds", metavar="M|S,S,...",
                         help="the fresh confirmation seed pool: a count (after the selection seeds) or a "
-                        "list disjoint from them (default: what the design uses, 14; only the seeds its "
+                        "list disjoint from them (default: what the design uses, 17; only the seeds its "
                         "screen and looks need are trained)")
     parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, metavar="quick|full|LABEL,LABEL,..",
                         help="quick: MR2's paper, logit_only, distance_1d at c_bar 1 (3 candidates against "

@@ -131,7 +131,7 @@ def tune(*args: Any, **kwargs: Any) -> TuneResult:
         seeds: the selection seed pool (a count from 0, or a list; at least 2; default: what the
             design uses, ``design.selection_seeds``: 2 for the default design).
         confirm_seeds: the fresh confirmation seed pool (a count after the selection seeds, or a list;
-            default: what the design uses, ``design.confirmation_seeds``: 14 for the default design;
+            default: what the design uses, ``design.confirmation_seeds``: 17 for the default design;
             the plan trains only the seeds its looks need).
         criterion: ``hard_tier``, ``worst_class`` or ``overall``.
         output_dir: where the tune directory goes.

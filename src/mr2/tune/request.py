@@ -244,8 +244,8 @@ def make_request(
     """Validate a tune's arguments (counts give consecutive seeds; confirmation seeds start after the
     largest selection seed; at least 2 and at most :data:`MAX_SEEDS` each, disjoint). Without seeds,
     the pools are what the design uses at most (:data:`mr2.tune.design.DEFAULT_DESIGN`: 2 selection
-    seeds, 14 confirmation seeds: 2 for the screen, 12 for the finalist; a shorter pool cuts its looks,
-    and one shorter than 4 skips the screen).
+    seeds, 17 confirmation seeds: 1 for the screen, 16 for the finalist; a shorter pool cuts its looks,
+    and one shorter than 3 skips the screen).
 
     Args:
         losses_only: the candidates must be losses (training code of your own); False for mr2's
