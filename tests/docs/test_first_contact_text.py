@@ -61,7 +61,8 @@ def test_tune_ready_states_the_default_tunes_shape() -> None:
     match = re.search(
         r"the `full` set, ERM and (?P<n>\d+) candidates with your own code: every candidate is ranked on "
         r"(?P<first>\d+) validation seed, ERM on (?P<erm>\d+); the (?P<contenders>\d+) best are screened "
-        r"against ERM on (?P<screen>\d+) fresh test seeds; the finalist of the screen is confirmed against "
+        r"against ERM on the test predictions of the selection seed they ran on and (?P<screen>\d+) fresh "
+        r"test seed; the finalist of the screen is confirmed against "
         r"ERM on fresh test seeds after the screen, (?P<step>\d+) at a time up to (?P<most>\d+)", page)
     assert match is not None
     request = make_request(num_classes=10, output_dir="unused", name="x")
@@ -72,6 +73,7 @@ def test_tune_ready_states_the_default_tunes_shape() -> None:
     assert request.design == DEFAULT_DESIGN
     assert (int(match["first"]),) == DEFAULT_DESIGN.selection_looks and DEFAULT_DESIGN.keep == ()
     assert int(match["contenders"]) == DEFAULT_DESIGN.contenders and int(match["screen"]) == DEFAULT_DESIGN.screen
+    assert DEFAULT_DESIGN.screen_reuse
     looks = DEFAULT_DESIGN.confirmation_looks
     assert looks is not None and int(match["most"]) == looks[-1]
     assert all(b - a == int(match["step"]) for a, b in zip((0, *looks), looks, strict=False))
