@@ -162,3 +162,24 @@ def test_a_tune_reuses_the_selection_runs_test_predictions_end_to_end(tmp_path):
         assert look.mean_difference == pytest.approx(expected, abs=1e-12)
     if advice.verdict is not None and advice.chosen is not None:
         assert advice.verdict.seeds[0] == 11 and 1 not in advice.verdict.seeds
+
+
+def test_the_printed_selection_rule_says_there_is_no_guard_and_what_the_screen_reads():
+    """The default design has no overall-accuracy guard in the selection and its screen reads the first
+    selection seed's test predictions: the rule printed before anything runs says both (it said the
+    guard applied and that only the validation split is read)."""
+    from mr2.tune.design import DEFAULT_DESIGN
+    from mr2.tune.driver import _rule
+    from mr2.tune.request import make_request
+    from mr2.tune.text import rule_text
+
+    request = make_request(num_classes=K, output_dir="unused", name="x")
+    assert request.design == DEFAULT_DESIGN
+    text = _rule(request)
+    assert "or has no score (no overall-accuracy guard here: the test split judges it)" in text
+    assert "below ERM's by more than" not in text
+    assert "the screen (the design) also reads the test predictions of the first selection seed's runs" in text
+    assert "Only the validation split is read here" not in text
+    old = rule_text("hard_tier", gate="best", min_runs=1)
+    assert "overall accuracy is below ERM's by more than ERM's seed standard error" in old
+    assert "Only the validation split is read here" in old

@@ -145,8 +145,7 @@ def describe(request: TuneRequest, source: TrialSource, *, commands: bool = Fals
         f"mr2 tune {request.name!r} in {request.directory}: {len(request.candidates) - 1} candidates against "
         f"ERM ({request.candidate_set}; {source.who_trains}), criterion {request.criterion}",
         "",
-        "Rule: " + textwrap.fill(rule_text(request.criterion, gate=request.design.gate,
-                                           min_runs=request.design.min_runs), 100, subsequent_indent="  "),
+        "Rule: " + textwrap.fill(_rule(request), 100, subsequent_indent="  "),
         "",
         "Design: " + textwrap.fill(design_text(request.design), 100, subsequent_indent="  "),
         "",
@@ -181,6 +180,13 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None
+
+
+def _rule(request: TuneRequest) -> str:
+    """The selection's rule in words for the request's criterion and design (:func:`rule_text`)."""
+    design = request.design
+    return rule_text(request.criterion, gate=design.gate, min_runs=design.min_runs,
+                     guard=design.selection_guard == "overall", reuse=design.screen_reuse)
 
 
 class _Run:
@@ -287,8 +293,7 @@ class _Run:
         if self.announced or choice is None:
             return
         self.announced = True
-        rule = rule_text(self.request.criterion, gate=self.request.design.gate,
-                         min_runs=self.request.design.min_runs)
+        rule = _rule(self.request)
         self.say("\nRule: " + textwrap.fill(rule, 100, subsequent_indent="  "))
         contenders = sent_on(self.request.design, self.plan.contenders)
         self.say("\n" + choice_text(choice, contenders, self.class_names))
@@ -463,7 +468,7 @@ def _finish(run: _Run) -> TuneResult:
         chosen=None if chosen is None else configuration(chosen),
         reason=advice.reason,
         criterion=request.criterion,
-        rule=rule_text(request.criterion, gate=request.design.gate, min_runs=request.design.min_runs),
+        rule=_rule(request),
         design=request.design.to_dict(),
         candidate_set=request.candidate_set,
         source={k: v for k, v in source_record.items() if k != "base_config"},

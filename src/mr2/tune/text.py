@@ -66,12 +66,15 @@ _COLUMN = {
 }
 
 
-def rule_text(criterion: str, reference: str = "erm", gate: str = "margin", min_runs: int = 2) -> str:
+def rule_text(criterion: str, reference: str = "erm", gate: str = "margin", min_runs: int = 2,
+              guard: bool = True, reuse: bool = False) -> str:
     """The selection's rule (:mod:`mr2.tune.selection`) in words, printed before anything runs and
     with the result. ``gate`` is the design's (:class:`mr2.tune.design.Design`): ``margin``, the best
     eligible candidate goes on only if it beats the reference by a seed standard error; ``best``, the
     best eligible candidates go on whatever their margin (how many: the design). ``min_runs``: the
     runs a candidate needs (1: a design that ranks on one seed per candidate, ``Design.min_runs``).
+    ``guard``: the overall-accuracy guard applies (``Design.selection_guard == "overall"``);
+    ``reuse``: the screen reads the first selection seed's test predictions (``Design.screen_reuse``).
 
     Example:
         >>> print(rule_text("overall").split(". ")[0])
@@ -91,12 +94,17 @@ def rule_text(criterion: str, reference: str = "erm", gate: str = "margin", min_
     else:
         tiers = ""
     runs = "has fewer than 2 runs, " if min_runs >= 2 else ""
+    eligible = (f"{runs}or its mean validation overall accuracy is below {ref}'s by more than {ref}'s seed "
+                "standard error" if guard else
+                f"{runs}or has no score (no overall-accuracy guard here: the test split judges it)")
+    split = ("Only the validation split ranks; the screen (the design) also reads the test predictions "
+             "of the first selection seed's runs, and the advice comes from fresh seeds alone." if reuse else
+             "Only the validation split is read here; test results come from fresh seeds (the design says "
+             "how they are used).")
     return (
         f"{intro}{tiers}Each candidate is scored by its mean {name} over the selection seeds (± is the "
         f"standard error of that mean over the seeds). A candidate is not eligible if it misses a "
-        f"selection seed, {runs}or its mean validation overall accuracy is below "
-        f"{ref}'s by more than {ref}'s seed standard error. {_gate_text(gate, ref)} Only the validation "
-        "split is read here; test results come from fresh seeds (the design says how they are used)."
+        f"selection seed, {eligible}. {_gate_text(gate, ref)} {split}"
     )
 
 
@@ -334,8 +342,11 @@ def design_text(design: Design) -> str:
         gate = ("the best eligible candidate goes to the confirmation if it beats ERM by more than ERM's "
                 "seed standard error")
     else:
-        gate = (f"the {design.contenders} best eligible candidates go to the confirmation"
-                if design.contenders > 1 else "the best eligible candidate goes to the confirmation")
+        eligible = ("" if design.selection_guard == "none" else " eligible")
+        gate = (f"the {design.contenders} best{eligible} candidates go to the confirmation"
+                if design.contenders > 1 else f"the best{eligible} candidate goes to the confirmation")
+        if design.selection_guard == "none":
+            gate += " (no overall-accuracy guard here: the screen and the finalist's test judge it)"
     looks = ("every confirmation seed at once" if design.confirmation_looks is None else
              "looks at " + ", ".join(str(n) for n in design.confirmation_looks) + " fresh seeds")
     split = f" (alpha / {design.contenders} each)" if design.contenders > 1 else ""
