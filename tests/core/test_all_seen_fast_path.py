@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.ops import assert_same_step
 from mr2 import MR2Loss
 from mr2.functional.allocation import gamma_allocation
 
@@ -43,14 +44,7 @@ def test_the_shortcut_gives_the_full_paths_values_bit_for_bit(k, b, probe, monke
     for logits, features, target in _steps(k, b):
         if not probe:
             features.requires_grad_()
-        z1, z2 = logits.detach().clone().requires_grad_(), logits.detach().clone().requires_grad_()
-        got, want = fast(z1, features, target), full(z2, features, target)
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-        got.backward()
-        want.backward()
-        torch.testing.assert_close(z1.grad, z2.grad, rtol=0, atol=0)
-        for name, a, b_ in zip(fast.parts._fields, fast.parts, full.parts, strict=True):  # type: ignore[union-attr]
-            torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True, msg=name)
+        assert_same_step(fast, full, logits, features, target)
         # The saved state; the derived norm cache may be left stale by the steady probe step (it is
         # rebuilt when read): compared through moments().
         for (name, a), (_, b_) in zip(fast.statistics.state_dict().items(), full.statistics.state_dict().items(), strict=True):

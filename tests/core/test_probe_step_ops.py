@@ -20,19 +20,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.compiled import eager_and_compiled, needs_cpp_compiler
+from helpers.ops import CountOps
 from mr2 import MR2Loss
-
-
-class _CountOps(TorchDispatchMode):
-    """Counts the aten operations dispatched inside the block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _batch(seed: int, k: int, b: int = 48, d: int = 8, dtype: torch.dtype = torch.float32):
@@ -82,7 +71,7 @@ def test_a_probe_step_stays_within_its_operation_budget():
         for seed in range(3):
             loss(*_batch(seed, k, b=64))
         batch = _batch(3, k, b=64)
-        with _CountOps() as ops:
+        with CountOps() as ops:
             loss(*batch)
         budget = 43 if 2 * k <= 64 else 55  # the [K, d] lerp path (K <= B / 2), the many-class path
         assert ops.count <= budget, f"K = {k}: {ops.count} tensor operations in a linear-probe step"

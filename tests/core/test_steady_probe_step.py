@@ -12,19 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from helpers.ops import CountOps, assert_same_step
 from mr2 import MR2Loss
-
-
-class _CountOps(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.float32):
@@ -65,15 +55,8 @@ def test_the_steady_step_gives_the_general_paths_values_bit_for_bit(k, b, dtype,
     full.steady_probe_path = False
     for seed in range(10):
         logits, features, target = _batch(seed, k, b, dtype=dtype)
-        z1, z2 = logits.detach().clone().requires_grad_(), logits.detach().clone().requires_grad_()
-        got, want = fast(z1, features, target), full(z2, features, target)
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-        got.backward()
-        want.backward()
-        torch.testing.assert_close(z1.grad, z2.grad, rtol=0, atol=0)
+        assert_same_step(fast, full, logits, features, target)
         assert fast.representation_skipped and full.representation_skipped
-        for name, a, b_ in zip(fast.parts._fields, fast.parts, full.parts, strict=True):  # type: ignore[union-attr]
-            torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True, msg=name)
         for (name, a), (_, b_) in zip(fast.state_dict().items(), full.state_dict().items(), strict=True):
             torch.testing.assert_close(a, b_, rtol=0, atol=0, msg=name)
         for a, b_ in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
@@ -91,7 +74,7 @@ def test_the_steady_step_stays_within_its_operation_budget(k, b, steady_calls):
     for seed in range(4):
         loss(*_batch(seed, k, b))
     batch = _batch(4, k, b)
-    with _CountOps() as ops:
+    with CountOps() as ops:
         loss(*batch)
     assert steady_calls and steady_calls[-1] is loss
     assert ops.count <= 33, f"K = {k}: {ops.count} tensor operations in a steady linear-probe step"
