@@ -12,7 +12,7 @@ is, the real candidates), longtailN (classes 5-9 keep N training images each, th
 Results append to results-SCENARIO.jsonl / truth-SCENARIO.json in $TUNE_CHECK_OUT (default: beside
 this file; resumable); tune folders go to runs-SCENARIO/ there. Tune r uses selection seeds
 1000 + 20 r, + 1 and confirmation seeds 1002 + 20 r .. + 15 (the pools of the default screen design,
-issue 44: 2 + 14; the racing design's results, -racing.jsonl, used 1000 + 20 r .. + 2 and
+issue 44: 2 + 14; its part 4 design: 2 + 17, to + 18; the racing design's results, -racing.jsonl, used 1000 + 20 r .. + 2 and
 1003 + 20 r .. + 11, its 3 + 9); truth uses seeds 5000 and up, which no tune uses (r < 200). The
 hard classes of the truth are ERM's 3 worst on validation, mean
 over the truth's seeds."""
@@ -29,6 +29,10 @@ import mr2.tune
 import torch
 
 HERE = Path(os.environ.get("TUNE_CHECK_OUT", Path(__file__).resolve().parent))
+# The default design's confirmation pool (at least the 14 seeds of the study's first runs; tunes are 20
+# seeds apart, so base + 2 .. base + 19 are free).
+CONFIRM = max(14, mr2.tune.DEFAULT_DESIGN.confirmation_seeds)
+assert CONFIRM <= 18, CONFIRM
 
 def tunes(n):
     out = HERE / f"results-{scenario}.jsonl"
@@ -40,7 +44,7 @@ def tunes(n):
         t = time.time()
         log = io.StringIO()
         res = mr2.tune.tune(d.train_fn, num_classes=10, seeds=[base, base + 1],
-                            confirm_seeds=list(range(base + 2, base + 16)),
+                            confirm_seeds=list(range(base + 2, base + 2 + CONFIRM)),
                             output_dir=HERE / f"runs-{scenario}", name=f"tune{r}", stream=log)
         rec = res.record.to_dict()
         row = {"tune": r, "adopt": res.adopt, "use": res.advice.use, "chosen": res.advice.chosen,
