@@ -101,11 +101,19 @@ def test_a_finalist_that_gains_on_every_seed_is_adopted_at_the_whole_alpha():
     assert plan.trainings == 15 and plan.max_trainings() == 5 + 4 + 2 * 6
 
 
-def test_a_selection_trial_without_its_test_figures_is_refused():
+def test_only_the_first_selection_seeds_test_figures_are_needed():
+    """The screen reuses the first selection seed's runs: a trial of that seed without its test figures
+    is refused; ERM's second selection seed needs none (nothing reads them)."""
     plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=DESIGN)
-    r = plan.next_round()[0]
+    requests = plan.next_round()
+    first = next(r for r in requests if r.seed == 5)
     with pytest.raises(TuneSelectionError, match="reuses the selection runs' test figures"):
-        plan.record_validation(r.label, r.seed, _val(r.label, r.seed))
+        plan.record_validation(first.label, first.seed, _val(first.label, first.seed))
+    for r in requests:
+        test = _figures(_per_class(r.label, r.seed, {}), list(range(K))) if r.seed == 5 else None
+        plan.record_validation(r.label, r.seed, _val(r.label, r.seed), test=test)
+    assert any(r.seed == 6 for r in requests)
+    assert {r.seed for r in plan.next_round()} == {10}  # the screen's round is out
 
 
 @pytest.mark.parametrize("bad, match", [

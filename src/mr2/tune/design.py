@@ -1006,14 +1006,15 @@ class Plan:
 
     def record_validation(self, label: str, seed: int, figures: ValidationFigures,
                           test: SeedFigures | None = None) -> None:
-        """A selection trial's validation figures, and with :attr:`Design.screen_reuse` its test
-        figures (:func:`mr2.tune.verdict.seed_figures`, per-class accuracies needed; the hard tier is
-        scored again on the screen's classes).
+        """A selection trial's validation figures, and, for a trial of the first selection seed under
+        :attr:`Design.screen_reuse`, its test figures (:func:`mr2.tune.verdict.seed_figures`,
+        per-class accuracies needed; the hard tier is scored again on the screen's classes; ignored
+        for other trials).
 
         Raises:
-            TuneSelectionError: the design reuses the selection runs' test figures and ``test`` is None.
+            TuneSelectionError: the design reuses this trial's test figures and ``test`` is None.
         """
-        if self.design.screen_reuse and test is None:
+        if self.design.screen_reuse and test is None and seed == self.selection_seeds[0]:
             raise TuneSelectionError(NO_REUSED_TEST.format(label=label, seed=seed))
         request = self._take(SELECTION, label, seed)
         if request is not None:

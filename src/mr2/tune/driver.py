@@ -256,7 +256,8 @@ class _Run:
             figures = ValidationFigures.from_predictions(f"{label}@{trial.seed}", trial.seed, y_true, y_pred,
                                                          self.num_classes)
             reused = None
-            if self.plan.design.screen_reuse:  # the screen's first seed: this run's test figures
+            if self.plan.design.screen_reuse and trial.seed == self.plan.selection_seeds[0]:
+                # the screen's first seed: this run's test figures
                 y_test, y_test_pred = result.predictions["test"]
                 reused = seed_figures(y_test, y_test_pred, list(range(self.num_classes)), self.num_classes)
                 self.reused.setdefault(label, {})[trial.seed] = reused
