@@ -23,11 +23,13 @@ for the pairing), as the protocol says; collect its report into the row's ``<cel
 prints, per finished tune: the choice, its fresh-seed change against ERM, the best configuration of
 the cell's regime-map row in hindsight and the regret, then the rule's outcome (once all are in).
 
-    python studies/tune_track/track.py compare --out docs/benchmarks/tune-track
+    python studies/tune_track/track.py compare --out docs/benchmarks/tune-track [--old full --new full-v2]
 
 prints the ``full`` set's re-run with the design of issue 37 (``<cell>-full-v2``: advice, contenders,
 fresh-seed change, trainings, wall time, regret), then the old tunes (their advice read under today's
-gate) and the new ones side by side, with means over the cells that have both.
+gate) and the new ones side by side, with means over the cells that have both. ``run ... --v3`` re-runs
+with the design of issue 44 (``<cell>-full-v3``); ``compare --old full-v2 --new full-v3`` sets it
+beside issue 37's.
 """
 
 from __future__ import annotations
@@ -57,9 +59,12 @@ CELLS = ("cnn-n100", "cnn-n300", "cnn-n1000", "mlp-n100", "mlp-n300", "mlp-n1000
 SELECTION_RUNS = {"quick": 4, "full": 18}  # candidates per selection seed
 SELECTION_SEEDS = "5,6,7"
 CONFIRMATION_SEEDS = "8,9,10"
-#: The re-run with the design of issue 37 (racing selection on the same seeds 5-7; a sequential
-#: confirmation needs up to 9 fresh seeds: 8-16). Its tunes go to ``<cell>-<set>-v2``.
-V2_CONFIRMATION_SEEDS = ",".join(str(s) for s in range(8, 17))
+#: The re-runs, by suffix: their confirmation seeds (the selection seeds stay 5-7). ``v2``: the design
+#: of issue 37 (racing selection on seeds 5-7; a sequential confirmation needs up to 9 fresh seeds:
+#: 8-16). ``v3``: the design of issue 44 (``DEFAULT_DESIGN`` since b310293: every candidate on seed 5,
+#: ERM on 5 and 6; a screen of seed 5's test runs and 1 fresh seed, then the finalist on up to 16 more:
+#: 17 fresh seeds, 8-24). Their tunes go to ``<cell>-<set>-<suffix>``.
+RERUNS = {"v2": ",".join(str(s) for s in range(8, 17)), "v3": ",".join(str(s) for s in range(8, 25))}
 SETS = ("quick", "full")
 
 
@@ -253,15 +258,16 @@ def read_record(data: dict[str, Any]) -> Any:
     )
 
 
-def compare(out: Path) -> str:
-    """The ``full`` set's re-run with the design of issue 37 (``<cell>-full-v2``) per cell, then the old
-    tunes (``<cell>-full``, their advice read under today's gate) and the new side by side."""
+def compare(out: Path, old_name: str = "full", new_name: str = "full-v2") -> str:
+    """A re-run of the ``full`` set per cell (``<cell>-<new_name>``: by default that with the design
+    of issue 37), then the older tunes (``<cell>-<old_name>``; the first ones' advice read under
+    today's gate) and the new side by side. A screen's 16 contenders are counted, not listed."""
     new_rows, pairs = [], []
     for cell in CELLS:
         row = regime_row(cell)
         best = max(row, key=lambda m: row[m]) if row else None
         tunes = {}
-        for name in (f"{cell}-full", f"{cell}-full-v2"):
+        for name in (f"{cell}-{old_name}", f"{cell}-{new_name}"):
             path = out / name / "recommendation.json"
             if path.is_file():
                 data = json.loads(path.read_text())
@@ -275,7 +281,7 @@ def compare(out: Path) -> str:
                                "trainings": _trainings(data, "full"),
                                "regret": None if best is None or change is None else row[best] - change,
                                "then": None if best is None or then is None else row[best] - then}
-        new = tunes.get(f"{cell}-full-v2")
+        new = tunes.get(f"{cell}-{new_name}")
         if new is not None:
             record, data = new["record"], new["data"]
             looks = [look for look in data["advice"]["looks"]
@@ -284,12 +290,14 @@ def compare(out: Path) -> str:
                 f"{100 * looks[-1]['mean_difference']:+.2f} on seeds {looks[-1]['seeds'][0]}-"
                 f"{looks[-1]['seeds'][-1]} (p {looks[-1]['p_greater']:.3f})")
             advice = f"ADOPT {record.use['label']}" if record.adopt else "KEEP ERM"
+            contenders = data["advice"]["contenders"]
             new_rows.append([cell, advice, record.reason,
-                             ", ".join(data["advice"]["contenders"]) or "-",
+                             (", ".join(contenders) or "-") if len(contenders) <= 4
+                             else f"{len(contenders)}, screened",
                              record.chosen["label"] if record.chosen else "-", fresh, str(new["trainings"]),
                              f"{new['wall']:.1f}", f"{best} ({row[best]:+.2f})" if best else "no row",
                              "n/a" if new["regret"] is None else f"{new['regret']:.2f}"])
-        old = tunes.get(f"{cell}-full")
+        old = tunes.get(f"{cell}-{old_name}")
         if old is not None and new is not None:
             pairs.append((cell, old, new))
     lines = ["| cell | advice | reason | contenders | best contender | its fresh-seed change, last look "
@@ -378,8 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--glyphs", type=Path)
     run.add_argument("--workers", type=int, default=2)
-    run.add_argument("--v2", action="store_true",
+    run.add_argument("--v2", action="store_const", const="v2", dest="rerun",
                      help="the design of issue 37 (confirmation seeds 8-16), into <cell>-<set>-v2")
+    run.add_argument("--v3", action="store_const", const="v3", dest="rerun",
+                     help="the design of issue 44 (confirmation seeds 8-24), into <cell>-<set>-v3")
     ext = sub.add_parser("extend", help="train chosen candidates outside a cell's row on its seeds 0-4")
     ext.add_argument("cell")
     ext.add_argument("labels", nargs="+", help="tune's candidate labels, e.g. mr2-distance_1d-c2")
@@ -388,23 +398,25 @@ def main(argv: list[str] | None = None) -> int:
     ext.add_argument("--workers", type=int, default=2)
     report = sub.add_parser("summary", help="the track-record table and the rule's outcome so far")
     report.add_argument("--out", type=Path, required=True)
-    both = sub.add_parser("compare", help="the full set's re-run with the design of issue 37, and the old "
-                                          "and new tunes side by side")
+    both = sub.add_parser("compare", help="a re-run of the full set (default: with the design of issue 37), "
+                                          "and the older and newer tunes side by side")
     both.add_argument("--out", type=Path, required=True)
+    both.add_argument("--old", default="full", help="the older tunes' suffix (default full: <cell>-full)")
+    both.add_argument("--new", default="full-v2", help="the re-run's suffix (default full-v2; full-v3)")
     args = parser.parse_args(argv)
     if args.command == "summary":
         print_summary(args.out)
         return 0
     if args.command == "compare":
-        print(compare(args.out))
+        print(compare(args.out, args.old, args.new))
         return 0
 
     if args.command == "extend":
         return extend(args.cell, args.labels, args.out, args.glyphs, args.workers)
 
     config = run_config(args.cell, args.out, args.glyphs)
-    name = f"{args.cell}-{args.candidates}" + ("-v2" if args.v2 else "")
-    confirm = V2_CONFIRMATION_SEEDS if args.v2 else CONFIRMATION_SEEDS
+    name = f"{args.cell}-{args.candidates}" + (f"-{args.rerun}" if args.rerun else "")
+    confirm = RERUNS[args.rerun] if args.rerun else CONFIRMATION_SEEDS
     command = [sys.executable, "-m", "mr2", "tune", "--config", str(config), "--candidates", args.candidates,
                "--seeds", SELECTION_SEEDS, "--confirm-seeds", confirm, "--criterion", "hard_tier",
                "--workers", str(args.workers), "--threads-per-run", "1", "--output-dir", str(args.out),
