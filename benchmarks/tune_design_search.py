@@ -38,6 +38,7 @@ def _oc() -> Any:
 
 
 OC = _oc()
+RESEARCH_FIELDS = {"boundaries", "variance", "multiplicity"}
 #: (selection stages, kept after the first, screen seeds, contenders, looks, other fields)
 GRID: list[tuple[tuple[int, ...], int | None, int, int, tuple[int, ...], dict[str, Any]]] = [
     ((1, 3), 7, 3, 4, (3, 6, 9), {}), ((1, 3), 7, 3, 4, (4, 8, 12), {}), ((1, 3), 7, 2, 4, (4, 8, 12), {}),
@@ -68,8 +69,11 @@ def designs() -> dict[str, Design]:
     for selection, keep, screen, contenders, looks, extra in GRID:
         name = (f"s{','.join(map(str, selection))}k{keep or ''}-scr{screen}-m{contenders}"
                 f"-L{','.join(map(str, looks))}" + "".join(f"-{k}{v}" for k, v in extra.items()))
-        design = replace(OC.RACING_DESIGN, selection_looks=selection, keep=(keep,) if keep else (),
-                         screen=screen, contenders=contenders, confirmation_looks=looks, **extra)
+        shape = {"selection_looks": selection, "keep": (keep,) if keep else (), "screen": screen,
+                 "contenders": contenders, "confirmation_looks": looks}
+        # research options (boundaries="binding") need benchmarks/tune_research_design.py's design
+        design = (OC.research(OC.RACING_DESIGN, **shape, **extra) if set(extra) & RESEARCH_FIELDS
+                  else replace(OC.RACING_DESIGN, **shape, **extra))
         out[name] = design
         out[name + "-valtiers"] = replace(design, screen_tiers=False)
     return out

@@ -32,6 +32,7 @@ Bernoulli probabilities over that set, tabulated on a grid of ``mu_k + u_rk``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -54,6 +55,7 @@ from mr2.tune.verdict import CONTRADICTED, SeedFigures
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS_FILE = Path(__file__).with_name("tune_oc_cells.json")
+RESEARCH_NAME = "tune_research_design"
 TRACK = ROOT / "docs" / "benchmarks" / "tune-track"
 CELLS = ("cnn-n100", "cnn-n300", "cnn-n1000", "mlp-n100", "mlp-n300", "mlp-n1000",
          "glyphs-cnn-n100", "glyphs-cnn-n300", "glyphs-mlp-n100", "glyphs-mlp-n300")
@@ -476,6 +478,30 @@ def calibration(sim: Simulator, reps: int = 200, seeds: int = 3) -> tuple[float,
 # Designs compared
 # ---------------------------------------------------------------------------------------------
 
+def _research_module() -> Any:
+    """benchmarks/tune_research_design.py (the options measured here and not shipped: binding or
+    recursive boundaries, a pooled variance, max-t), imported by path under its own name (the
+    benchmarks are scripts, not a package; pickling finds its designs there)."""
+    if RESEARCH_NAME not in sys.modules:
+        spec = importlib.util.spec_from_file_location(RESEARCH_NAME, Path(__file__).with_name(
+            f"{RESEARCH_NAME}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[RESEARCH_NAME] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(RESEARCH_NAME, None)
+            raise
+    return sys.modules[RESEARCH_NAME]
+
+
+RESEARCH = _research_module()
+#: A design with research options (``research(SCREEN_DESIGN, boundaries="binding")``): the shipped
+#: ``Plan`` asks it for its levels and spreads (benchmarks/tune_research_design.py).
+research = RESEARCH.research
+
+
 def _race(selection: tuple[int, ...], keep: tuple[int, ...], contenders: int, looks: tuple[int, ...],
           spending: str = "obrien_fleming", futility: float | None = 0.0) -> tuple[Design, int, int]:
     design = Design(selection_looks=selection, keep=keep, gate="best", contenders=contenders,
@@ -490,14 +516,12 @@ BASELINE_DESIGN = Design(gate="margin", reference_alone=True)
 #: ``DEFAULT_DESIGN`` from issue 37 until the screen (issue 44): racing selection 1 then 3 seeds, 7
 #: kept, the 4 best confirmed with Bonferroni over them, looks at 3, 6, 9 fresh seeds.
 RACING_DESIGN = Design(selection_looks=(1, 3), keep=(7,), gate="best", contenders=4,
-                       confirmation_looks=(3, 6, 9), spending="obrien_fleming", boundaries="union",
-                       futility=0.5)
+                       confirmation_looks=(3, 6, 9), spending="obrien_fleming", futility=0.5)
 
 #: Issue 44's screen: every candidate on 1 validation seed (ERM on 2), the 14 best eligible screened
 #: on 2 fresh test seeds, the finalist tested alone with looks at 3, 6, 9, 12 seeds after the screen.
 SCREEN_DESIGN = Design(selection_looks=(1,), gate="best", contenders=14, screen=2,
-                       confirmation_looks=(3, 6, 9, 12), spending="obrien_fleming", boundaries="union",
-                       futility=0.5)
+                       confirmation_looks=(3, 6, 9, 12), spending="obrien_fleming", futility=0.5)
 
 #: Issue 44, part 4 (the default since): the 16 best by one validation seed (no overall guard) screened
 #: on the first selection seed's test figures and 1 fresh seed; the finalist at 4, 8, 12, 16 seeds.
@@ -513,8 +537,8 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     # Issue 44: the screen (chosen by the rule in docs/benchmarks/tune-operating-characteristics.md).
     "s1-scr2-m14-L3,6,9,12": (SCREEN_DESIGN, 2, 14),
     # Issue 44, part 3: the screen with binding levels (the search's winner: Pocock-type spending).
-    "s1-scr2-m14-L3,6,9,12-binding": (replace(SCREEN_DESIGN, boundaries="binding"), 2, 14),
-    "s1-scr2-m14-L3,6,9,12-binding-pocock": (replace(SCREEN_DESIGN, boundaries="binding", spending="pocock"),
+    "s1-scr2-m14-L3,6,9,12-binding": (research(SCREEN_DESIGN, boundaries="binding"), 2, 14),
+    "s1-scr2-m14-L3,6,9,12-binding-pocock": (research(SCREEN_DESIGN, boundaries="binding", spending="pocock"),
                                              2, 14),
     # Issue 44, part 4: the screen's first seed is the selection run's test figures (screen_reuse).
     "s1-scr1r-m14-L3,6,9,12": (replace(SCREEN_DESIGN, screen=1, screen_reuse=True), 2, 13),
@@ -537,19 +561,19 @@ DESIGNS: dict[str, tuple[Design, int, int]] = {
     "s1,3k5-m4-L3,6,9": _race((1, 3), (5,), 4, (3, 6, 9)),
     "s1,3k6-m4-L3,6,9-f0.5": _race((1, 3), (6,), 4, (3, 6, 9), futility=0.5),
     # Issue 44: the confirmation's spread pooled over ERM and the contenders, and a max-t level.
-    "pooled": (replace(RACING_DESIGN, variance="pooled"), 3, 9),
-    "pooled-maxt": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t"), 3, 9),
-    "pooled-maxt-k8m5": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t", keep=(8,),
-                                 contenders=5), 3, 9),
-    "pooled-maxt-k6m4": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t", keep=(6,)), 3, 9),
-    "pooled-maxt-pocock": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t",
-                                   spending="pocock"), 3, 9),
+    "pooled": (research(RACING_DESIGN, variance="pooled"), 3, 9),
+    "pooled-maxt": (research(RACING_DESIGN, variance="pooled", multiplicity="max_t"), 3, 9),
+    "pooled-maxt-k8m5": (research(RACING_DESIGN, variance="pooled", multiplicity="max_t", keep=(8,),
+                                  contenders=5), 3, 9),
+    "pooled-maxt-k6m4": (research(RACING_DESIGN, variance="pooled", multiplicity="max_t", keep=(6,)), 3, 9),
+    "pooled-maxt-pocock": (research(RACING_DESIGN, variance="pooled", multiplicity="max_t",
+                                    spending="pocock"), 3, 9),
     "noguard": (replace(RACING_DESIGN, selection_guard="none"), 3, 9),
     # Issue 44: seeds for the candidates still in doubt (three racing stages, the same trainings).
     "s1,2,3k9,5": (replace(RACING_DESIGN, selection_looks=(1, 2, 3), keep=(9, 5)), 3, 9),
     "s1,2,3k10,6": (replace(RACING_DESIGN, selection_looks=(1, 2, 3), keep=(10, 6)), 3, 9),
-    "pooled-maxt-noguard": (replace(RACING_DESIGN, variance="pooled", multiplicity="max_t",
-                                    selection_guard="none"), 3, 9),
+    "pooled-maxt-noguard": (research(RACING_DESIGN, variance="pooled", multiplicity="max_t",
+                                     selection_guard="none"), 3, 9),
 }
 
 

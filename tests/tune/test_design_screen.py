@@ -135,8 +135,7 @@ def test_the_screen_is_skipped_with_one_contender_or_a_short_pool(contenders, po
         assert plan.advice().looks[0].boundary == pytest.approx(levels[0])
 
 
-@pytest.mark.parametrize("bad, match", [({"screen": 1}, "screen 1"), ({"screen": 2, "gate": "margin"}, "gate"),
-                                        ({"screen": 2, "variance": "pooled"}, "finalist")])
+@pytest.mark.parametrize("bad, match", [({"screen": 1}, "screen 1"), ({"screen": 2, "gate": "margin"}, "gate")])
 def test_invalid_screens_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         Design(**{"contenders": 1, **bad})

@@ -26,32 +26,25 @@ differences over the seeds so far), at the NOMINAL level ``a_j`` of that look:
 
 - ``a_j`` spends ``alpha / m`` (``m`` = the number of contenders: Bonferroni over the contenders)
   over the looks (:func:`nominal_levels`) with a Lan-DeMets spending function (O'Brien-Fleming or
-  Pocock type) or a plain split ``alpha / (m L)`` over ``L`` looks; with ``boundaries="union"`` the
-  spent increments are the nominal levels themselves, so that the union bound makes the rule valid
-  with the t-tests' p-values whatever the looks' dependence (conservative: the looks overlap, and a
-  futility stop only removes chances; the default's); ``"binding"`` computes the levels of the
-  one-sided paired t-tests at the looks' seed counts with the futility stops counted on
-  (:func:`binding_levels`), so the spending function's level is spent exactly under normal seed noise;
-  ``"recursive"`` uses the group-sequential boundaries computed for normal statistics (slightly
-  liberal with t-tests);
+  Pocock type) or a plain split ``alpha / (m L)`` over ``L`` looks; the spent increments are the
+  nominal levels themselves (union levels), so that the union bound makes the rule valid with the
+  t-tests' p-values whatever the looks' dependence (conservative: the looks overlap, and a futility
+  stop only removes chances);
 - a contender is **adopted** when its verdict is ``confirmed`` at ``a_j``: ``p_greater < a_j`` and
   its mean test overall-accuracy change is not below minus ERM's seed standard error of test overall
   accuracy (overall accuracy not worse beyond noise). If several are, the one with the largest mean
   hard-tier difference. Everything stops;
 - a contender whose hard-tier test is significant at ``a_j`` but costs overall accuracy is ruled out
   (``overall_cost``); at an interim look, one whose t statistic is at or below ``futility`` is
-  dropped (with ``union`` levels a non-binding stop, which can only lower the error rate; with
-  ``binding`` levels the levels count on it, and the plan always stops);
+  dropped (a non-binding stop, which can only lower the error rate);
 - after the last look, a contender not adopted is not adopted.
 
 Why the error rate holds: the confirmation's seeds and split are fresh, so, given the choice, each
 contender's sequence of test statistics is that of a new experiment; a useless contender (no better
 than ERM on the test hard tier) is adopted only if one of its looks rejects, which has probability at
 most the sum of its nominal levels, ``alpha / m`` (union bound; each look's one-sided paired t-test is
-exact under normal seed noise; dropping a contender early only removes chances), or, with ``binding``
-levels, exactly ``alpha / m`` (the joint law of its t statistics at the looks, futility stops
-included, does not depend on the noise's SD under the null); a union over the ``m`` contenders gives
-at most ``alpha``, whatever the selection did. With a screen
+exact under normal seed noise; dropping a contender early only removes chances); a union over the
+``m`` contenders gives at most ``alpha``, whatever the selection did. With a screen
 (:attr:`Design.screen`, the default's), the screen adopts nothing and only the finalist is tested, on
 the seeds after the screen, at the whole ``alpha``: those seeds are fresh given everything that chose
 it (the selection, the screen and the hard classes ranked on ERM's screen runs), so a useless finalist
@@ -76,32 +69,33 @@ eligible screened on 2 fresh seeds, looks at 3, 6, 9, 12) is ``SCREEN_DESIGN`` i
 the design before issue 44's screen (racing selection 1 then 3 seeds, the 4 best confirmed with
 Bonferroni over them at 3, 6 and 9 seeds) is ``RACING_DESIGN``.
 
-``BASELINE_DESIGN`` (in ``benchmarks/tune_operating_characteristics.py``: research apparatus, not
-shipped) is the procedure of ``mr2 tune`` before issue 37 with one change, the advice gate: one
-selection round (every candidate on every selection seed), ``choose``'s recommendation confirmed on
-every confirmation seed, adopted only when ``confirmed`` at ``alpha``. When ERM is chosen there, ERM
-alone is still trained on the confirmation seeds (``reference_alone``) to report its test figures, as
-before.
+A contender whose run reported a feature collapse, or that lost more than
+:data:`mr2.tune.verdict.LOSS_LIMIT` ERM seed SDs on one seed, is ``unstable``: named and not adopted
+(decision and reason ``unstable``).
 
-Issue 44 added options measured in the benchmark and NOT made the default (none raised power by the
-rule stated in docs/benchmarks/tune-operating-characteristics.md): ``variance="pooled"`` (each
-contender's t-test uses the larger of its own SD and the two-way residual pooled over ERM and every
-contender, :func:`pooled_spread`), ``multiplicity="max_t"`` (the contenders share each look's level
-through their largest t, :func:`max_t_level`), ``selection_guard="none"`` and ``boundaries="binding"``
-(:func:`binding_levels`: it passed its simulated rule, +4.3 points at +0.5 with the null at 3.8 %
-instead of 2.7 %, but on real trainings it found nothing more and adopted a useless configuration
-in 6.5 % of the new-user study's null tunes instead of 2.9 %; BENCHMARKS.md section 10d). A contender
-whose run reported a feature collapse, or that lost more than :data:`mr2.tune.verdict.LOSS_LIMIT` ERM seed SDs
-on one seed, is ``unstable``: named and not adopted (decision and reason ``unstable``).
+The default uses one selection stage and the ``best`` gate; :class:`Design` also keeps racing over
+selection stages (``selection_looks``, ``keep``), the ``margin`` gate, ``reference_alone`` and the
+selection's overall-accuracy guard: they are steps of the plan's own state machine, the rule of
+earlier releases, and what the benchmark's earlier designs run on (``RACING_DESIGN``,
+``SCREEN_DESIGN`` and ``BASELINE_DESIGN`` in ``benchmarks/tune_operating_characteristics.py``;
+``BASELINE_DESIGN`` is ``mr2 tune`` before issue 37 with the advice gated on ``confirmed``: one
+selection round, ``choose``'s recommendation confirmed on every confirmation seed, ERM alone still
+trained there when chosen).
+
+Issue 44 measured further options and did NOT make them the default (none raised power by the rule
+stated in docs/benchmarks/tune-operating-characteristics.md): binding or recursive boundaries, a
+variance pooled across the contenders and a max-t (Dunnett-type) level. They are research apparatus,
+in ``benchmarks/tune_research_design.py``: its ``ResearchDesign`` answers the two questions a plan
+asks its design (:meth:`Design.look_levels`, :meth:`Design.look_level`) differently. ``Design``
+refuses them with a pointer there.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -110,25 +104,17 @@ from mr2.tune.selection import Choice, TuneSelectionError, ValidationFigures, ch
 from mr2.tune.verdict import CONFIRMED, UNSTABLE, SeedFigures, Verdict, judge_figures, rescored
 
 __all__ = [
-    "BOUNDARIES",
     "DEFAULT_DESIGN",
-    "MULTIPLICITIES",
     "PHASES",
     "REASONS",
     "SIMULATED_CONFIRMATION_TRAININGS",
     "SPENDING_RULES",
-    "VARIANCES",
     "Advice",
     "Design",
     "Look",
     "Plan",
     "Request",
-    "binding_levels",
-    "max_t_critical",
-    "max_t_level",
     "nominal_levels",
-    "pooled_spread",
-    "spending_boundaries",
 ]
 
 SELECTION = "selection"
@@ -138,20 +124,7 @@ PHASES = (SELECTION, CONFIRMATION)
 #: How the confirmation's level is spread over its looks (see :func:`nominal_levels`).
 SPENDING_RULES = ("obrien_fleming", "pocock", "bonferroni")
 Spending = Literal["obrien_fleming", "pocock", "bonferroni"]
-#: How the nominal levels are derived from the spending (see :func:`nominal_levels`).
-BOUNDARIES = ("union", "recursive", "binding")
-Boundaries = Literal["union", "recursive", "binding"]
-#: Null sequences of paired differences behind the ``binding`` levels (:func:`binding_levels`), and
-#: the generator's seed: the levels are a fixed function of the design.
-BINDING_DRAWS = 2_000_000
-BINDING_SEED = 44
 Gate = Literal["best", "margin"]
-#: How each look's test gets its spread (see :func:`pooled_spread`).
-VARIANCES = ("own", "pooled")
-Variance = Literal["own", "pooled"]
-#: How the level is shared among the contenders (see :func:`max_t_critical`).
-MULTIPLICITIES = ("bonferroni", "max_t")
-Multiplicity = Literal["bonferroni", "max_t"]
 
 # Advice.reason keys.
 CONFIRMED_REASON = "confirmed"
@@ -200,7 +173,7 @@ DROPPED = "dropped after selection stage {stage}: not among the {keep} best elig
 
 
 # ---------------------------------------------------------------------------------------------
-# Group-sequential boundaries
+# The confirmation's nominal levels
 # ---------------------------------------------------------------------------------------------
 
 def _spent(rule: str, fraction: float, alpha: float) -> float:
@@ -218,329 +191,44 @@ def _spent(rule: str, fraction: float, alpha: float) -> float:
     return alpha * math.log1p((math.e - 1.0) * fraction)
 
 
-def spending_boundaries(fractions: Sequence[float], alpha: float, rule: str,
-                        *, step: float = 0.01) -> list[float]:
-    """One-sided group-sequential boundaries on the normal scale (upper z critical values).
-
-    For a standardised statistic observed at information fractions ``t_1 < ... < t_L = 1`` (its
-    values at two looks correlated ``sqrt(t_i / t_j)``), the boundaries ``c_j`` satisfy::
-
-        P(Z_1 < c_1, ..., Z_{j-1} < c_{j-1}, Z_j >= c_j) = A(t_j) - A(t_{j-1})
-
-    under the null, ``A`` the spending function of ``rule`` (``obrien_fleming`` or ``pocock``,
-    Lan & DeMets 1983) with ``A(1) = alpha``. Computed by the recursive numerical integration of
-    Armitage, McPherson and Rowe (1969) on the score scale ``S_j = Z_j sqrt(t_j)`` (independent
-    normal increments of variance ``t_j - t_{j-1}``), on a grid of width ``step``, each ``c_j``
-    found by root search (``scipy.optimize.brentq``). ``rule="bonferroni"`` gives
-    ``z_{1 - alpha / L}`` at every look (no integration: valid for any dependence).
-
-    Args:
-        fractions: increasing information fractions in (0, 1]; the last is taken as 1.
-        alpha: one-sided level over all looks.
-        rule: one of :data:`SPENDING_RULES`.
-        step: the integration grid's spacing on the score scale.
-
-    Returns:
-        ``[c_1, ..., c_L]`` (``inf`` where nothing is spent).
-
-    Example (two equally spaced looks, one-sided 2.5 %; gsDesign's ``sfLDOF`` and ``sfLDPocock``
-    give 2.963, 1.969 and 2.157, 2.201):
-        >>> [round(c, 3) for c in spending_boundaries([0.5, 1.0], 0.025, "obrien_fleming")]
-        [2.963, 1.969]
-        >>> [round(c, 3) for c in spending_boundaries([0.5, 1.0], 0.025, "pocock")]
-        [2.157, 2.201]
-    """
-    return list(_boundaries(tuple(float(f) for f in fractions), float(alpha), rule, float(step)))
-
-
-@functools.lru_cache(maxsize=256)
-def _boundaries(fractions: tuple[float, ...], alpha: float, rule: str, step: float) -> tuple[float, ...]:
-    from scipy import optimize, stats
-
-    if rule not in SPENDING_RULES:
-        raise ValueError(BAD_DESIGN.format(detail=f"spending rule {rule!r} not in {SPENDING_RULES}"))
-    t = np.asarray(fractions, dtype=np.float64) / float(fractions[-1])
-    if rule == "bonferroni":
-        return (float(stats.norm.isf(alpha / t.size)),) * int(t.size)
-    spent = [_spent(rule, float(f), alpha) for f in t]
-    increments = np.diff(np.concatenate([[0.0], spent]))
-    bounds: list[float] = []
-    grid = np.zeros(0)
-    density = np.zeros(0)  # sub-density of S_j on the continuation region, on ``grid``
-    previous = 0.0
-    for j, (fraction, pi) in enumerate(zip(t, increments, strict=True)):
-        delta = fraction - previous
-        sd = math.sqrt(delta)
-        if j == 0:
-            c = float(stats.norm.isf(pi)) if pi > 0 else math.inf
-            bounds.append(c)
-            upper = c * math.sqrt(fraction) if math.isfinite(c) else 10.0 * sd
-            grid = _grid(-10.0 * sd, upper, step)
-            density = stats.norm.pdf(grid, scale=sd)
-            previous = fraction
-            continue
-        spacing = grid[1] - grid[0]
-        weights = np.full(grid.size, spacing)
-        weights[[0, -1]] = spacing / 2.0
-        mass = density * weights
-        if pi <= 0:
-            c = math.inf
-        else:
-            low, high = grid[0] - 10 * sd, grid[-1] + 10 * sd
-            b = optimize.brentq(_excess_crossing, low, high, args=(grid, mass, sd, float(pi)), xtol=1e-10)
-            c = b / math.sqrt(fraction)
-        bounds.append(float(c))
-        upper = c * math.sqrt(fraction) if math.isfinite(c) else grid[-1] + 10 * sd
-        new_grid = _grid(grid[0] - 10.0 * sd, upper, step)
-        density = (stats.norm.pdf((new_grid[:, None] - grid[None, :]) / sd) / sd) @ mass
-        grid = new_grid
-        previous = fraction
-    return tuple(bounds)
-
-
-def _grid(low: float, high: float, step: float) -> np.ndarray:
-    """Points from ``low`` to ``high`` (both included) about ``step`` apart."""
-    return np.linspace(low, high, max(math.ceil((high - low) / step) + 1, 3))
-
-
-def _excess_crossing(bound: float, grid: np.ndarray, mass: np.ndarray, sd: float, target: float) -> float:
-    """P(S_{j+1} >= bound, still running at look j) minus ``target``; ``mass`` = the continuation
-    sub-density of ``S_j`` times the quadrature weights on ``grid``, ``sd`` = the increment's SD."""
-    from scipy import stats
-
-    return float(np.sum(mass * stats.norm.sf((bound - grid) / sd))) - target
-
-
-def nominal_levels(fractions: Sequence[float], alpha: float, rule: str,
-                   boundaries: str = "union") -> list[float]:
+def nominal_levels(fractions: Sequence[float], alpha: float, rule: str) -> list[float]:
     """The one-sided nominal level of each look; a look rejects when its p-value is below it.
 
-    ``boundaries="union"``: the spending function's increments ``A(t_j) - A(t_{j-1})`` themselves
-    (``alpha / L`` each for ``bonferroni``). The chance that any look rejects is at most their sum,
-    ``alpha``, by the union bound, whatever the dependence between the looks: with each look's
-    one-sided paired t-test exact under normal seed noise, the rule is valid at ``alpha`` without
-    approximation (conservative by the looks' overlap, which is small for O'Brien-Fleming-type
-    spending: two equal looks at 2.5 % give 0.15 % and 2.35 %, against 0.15 % and 2.45 % below).
-
-    ``boundaries="recursive"``: ``1 - Phi(c_j)`` of :func:`spending_boundaries`, exact for normal
-    statistics; applied to t-tests with few seeds (the "significance level" approach of Jennison &
-    Turnbull, 2000, section 3.8) it is slightly liberal (two looks at 3 and 6 seeds, 2.5 %:
-    2.54 % for O'Brien-Fleming type, 2.75 % for Pocock type, by Monte Carlo).
+    The spending function's increments ``A(t_j) - A(t_{j-1})`` themselves (``alpha / L`` each for
+    ``bonferroni``): union levels. The chance that any look rejects is at most their sum, ``alpha``,
+    by the union bound, whatever the dependence between the looks: with each look's one-sided paired
+    t-test exact under normal seed noise, the rule is valid at ``alpha`` without approximation
+    (conservative by the looks' overlap, which is small for O'Brien-Fleming-type spending: two equal
+    looks at 2.5 % give 0.15 % and 2.35 %, against 0.15 % and 2.45 % for group-sequential boundaries
+    computed for normal statistics, benchmarks/tune_research_design.py).
 
     Example:
         >>> [round(a, 4) for a in nominal_levels([1.0], 0.05, "obrien_fleming")]
         [0.05]
         >>> [round(a, 4) for a in nominal_levels([0.5, 1.0], 0.025, "obrien_fleming")]
         [0.0015, 0.0235]
-        >>> [round(a, 4) for a in nominal_levels([0.5, 1.0], 0.025, "obrien_fleming", "recursive")]
-        [0.0015, 0.0245]
         >>> [round(a, 4) for a in nominal_levels([0.5, 1.0], 0.05, "bonferroni")]
         [0.025, 0.025]
     """
-    from scipy import stats
-
-    if boundaries not in BOUNDARIES:
-        raise ValueError(BAD_DESIGN.format(detail=f"boundaries {boundaries!r} not in {BOUNDARIES}"))
     if rule not in SPENDING_RULES:
         raise ValueError(BAD_DESIGN.format(detail=f"spending rule {rule!r} not in {SPENDING_RULES}"))
     t = [float(f) / float(fractions[-1]) for f in fractions]
     if rule == "bonferroni":
         return [alpha / len(t)] * len(t)
-    if boundaries == "recursive":
-        return [float(stats.norm.sf(c)) for c in spending_boundaries(t, alpha, rule)]
     spent = [_spent(rule, f, alpha) for f in t]
     return [b - a for a, b in zip([0.0, *spent[:-1]], spent, strict=True)]
-
-
-def binding_levels(looks: Sequence[int], alpha: float, rule: str, futility: float | None) -> list[float]:
-    """The nominal levels of one-sided paired t-tests at ``looks`` seeds with a BINDING futility stop.
-
-    The rule: at look ``j`` (``looks[j]`` seeds) the test rejects when its p-value is below
-    ``a_j``; at every look but the last, a sequence whose t statistic is at or below ``futility``
-    stops (None: never). Under the null (mean paired difference 0, normal seed noise) the joint law
-    of the t statistics at the looks does not depend on the noise's SD, so the levels can be
-    computed once: look 0's is the spending function's first increment, exactly (its t quantile);
-    each later look's critical t is set so that the chance of rejecting by that look, among the
-    :data:`BINDING_DRAWS` null sequences (generator seed :data:`BINDING_SEED`) that neither rejected
-    nor stopped for futility before, is the spending function's cumulative level there. The
-    probability of rejecting at any look is then ``alpha`` up to the Monte Carlo error (SE about
-    ``sqrt(alpha / BINDING_DRAWS)``, 0.016 % at 5 %), against the union bound's
-    ``alpha`` minus what the futility stops take from it (:func:`nominal_levels`): the futility stops
-    are counted on, so they must be obeyed (the plan always does). A sequence stopping at a bound
-    below ``futility`` (or 0) is never a rejection: a critical t is never below them.
-
-    Example:
-        >>> union = nominal_levels([3 / 12, 6 / 12, 9 / 12, 1.0], 0.05, "obrien_fleming")
-        >>> binding = binding_levels([3, 6, 9, 12], 0.05, "obrien_fleming", 0.5)
-        >>> binding[0] == union[0], binding[-1] > 2 * union[-1]
-        (True, True)
-    """
-    if rule not in SPENDING_RULES:
-        raise ValueError(BAD_DESIGN.format(detail=f"spending rule {rule!r} not in {SPENDING_RULES}"))
-    counts = tuple(int(n) for n in looks)
-    if not counts or counts[0] < 2 or list(counts) != sorted(set(counts)):
-        raise ValueError(BAD_DESIGN.format(detail=f"binding looks {counts} must increase from at least 2"))
-    return list(_binding_levels(counts, float(alpha), rule, None if futility is None else float(futility)))
-
-
-@functools.lru_cache(maxsize=32)
-def _binding_levels(looks: tuple[int, ...], alpha: float, rule: str,
-                    futility: float | None) -> tuple[float, ...]:
-    from scipy import stats
-
-    last = len(looks) - 1
-    spent = [alpha * (j + 1) / len(looks) if rule == "bonferroni" else _spent(rule, n / looks[-1], alpha)
-             for j, n in enumerate(looks)]
-    paths = _null_t_paths(looks, BINDING_DRAWS, np.random.default_rng(BINDING_SEED))
-    alive = np.ones(BINDING_DRAWS, dtype=bool)
-    lowest = max(0.0, futility or 0.0)
-    rejected, levels = 0, []
-    for j, n in enumerate(looks):
-        column = paths[:, j]
-        if j == 0:
-            c = float(stats.t.isf(spent[0], n - 1))
-        else:
-            k = math.floor(spent[j] * BINDING_DRAWS) - rejected  # rejections this look may add
-            candidates = column[alive]
-            c = math.inf if k <= 0 or candidates.size == 0 else float(
-                np.partition(candidates, max(candidates.size - k, 0))[max(candidates.size - k, 0)])
-        c = max(c, lowest)
-        hit = alive & (column >= c)
-        rejected += int(hit.sum())
-        alive &= ~hit
-        if futility is not None and j < last:
-            alive &= column > futility
-        levels.append(float(stats.t.sf(c, n - 1)))
-    return tuple(levels)
-
-
-def _null_t_paths(looks: tuple[int, ...], draws: int, rng: np.random.Generator,
-                  chunk: int = 200_000) -> np.ndarray:
-    """One-sample t statistics at ``looks`` of ``draws`` sequences of standard normal differences."""
-    counts = np.asarray(looks)
-    out = np.empty((draws, counts.size))
-    for start in range(0, draws, chunk):
-        x = rng.standard_normal((min(chunk, draws - start), int(counts[-1])))
-        total = np.cumsum(x, axis=1)[:, counts - 1]
-        squares = np.cumsum(x * x, axis=1)[:, counts - 1]
-        mean = total / counts
-        var = (squares - counts * mean * mean) / (counts - 1)
-        out[start:start + x.shape[0]] = mean / np.sqrt(var / counts)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# A spread shared by the contenders, and a level shared through their largest t
-# ---------------------------------------------------------------------------------------------
-
-def pooled_spread(blocks: Sequence[np.ndarray]) -> tuple[float, int]:
-    """The SD of a paired difference pooled over every method's runs, and its degrees of freedom.
-
-    Each block is a ``[methods, seeds]`` array of test hard-tier figures (ERM and the contenders that
-    ran all of the block's seeds: the seeds of one look). Under the two-way model
-    ``y_ms = mu_m + b_s + e_ms`` (a method effect, a seed effect shared by every method on that seed,
-    independent ``e_ms ~ N(0, sigma^2)``), a block's interaction residual
-    ``y_ms - ybar_m. - ybar_.s + ybar_..`` has sum of squares ``sigma^2 chi^2`` with
-    ``(M - 1)(S - 1)`` degrees of freedom, independent of the methods' means in that block and of the
-    other blocks: pooled over the blocks it estimates ``sigma^2`` independently of every mean
-    difference a look tests, and a paired difference has SD ``sqrt(2) sigma``.
-
-    Returns:
-        ``(sqrt(2) * sigma_hat, df)``; ``(nan, 0)`` without a block of 2 methods and 2 seeds.
-
-    Example:
-        >>> block = np.array([[0.70, 0.72, 0.71], [0.74, 0.75, 0.76]])
-        >>> sd, df = pooled_spread([block])
-        >>> round(sd, 4), df, round(float(np.std(block[1] - block[0], ddof=1)), 4)
-        (0.01, 2, 0.01)
-    """
-    squares, df = 0.0, 0
-    for block in blocks:
-        y = np.asarray(block, dtype=np.float64)
-        if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2:
-            continue
-        residual = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
-        squares += float((residual ** 2).sum())
-        df += (y.shape[0] - 1) * (y.shape[1] - 1)
-    if df == 0:
-        return math.nan, 0
-    return math.sqrt(2.0 * squares / df), df
-
-
-def _max_t_tail(c: float, m: int, df: int, rho: float = 0.5) -> float:
-    """P(max_i T_i > c) for ``m`` equicorrelated (``rho``) standard t variables with ``df`` degrees of
-    freedom sharing one denominator: ``T_i = (sqrt(rho) W + sqrt(1 - rho) X_i) / S``,
-    ``S = sqrt(chi^2_df / df)``; Gauss-Hermite quadrature over W, Gauss-Legendre over the log of the
-    chi-square's distribution function (so the small values of S, where the tail lives, are resolved)."""
-    from scipy import special
-
-    w_nodes, w_weights = _hermite()
-    scale, weights = _chi_nodes(min(int(df), 1000))
-    a, b = math.sqrt(rho), math.sqrt(1.0 - rho)
-    inner = special.ndtr((c * scale[:, None] - a * w_nodes[None, :]) / b)  # [U, W]
-    tail = -np.expm1(m * np.log(np.clip(inner, 1e-300, 1.0)))
-    return float(weights @ tail @ w_weights)
-
-
-@functools.lru_cache(maxsize=1)
-def _hermite() -> tuple[np.ndarray, np.ndarray]:
-    nodes, weights = np.polynomial.hermite_e.hermegauss(96)
-    return nodes, weights / math.sqrt(2.0 * math.pi)
-
-
-@functools.lru_cache(maxsize=256)
-def _chi_nodes(df: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes ``S`` and weights for ``E[f(S)]``, ``S = sqrt(chi^2_df / df)``: ``p = e^t`` the
-    distribution function, Gauss-Legendre in ``t`` over ``[-60, 0]`` (the rest has mass e^-60)."""
-    from scipy import stats
-
-    nodes, weights = np.polynomial.legendre.leggauss(240)
-    t = 30.0 * (nodes - 1.0)  # [-60, 0]
-    p = np.exp(t)
-    scale = np.sqrt(stats.chi2.ppf(p, df) / df)
-    return scale, 30.0 * weights * p
-
-
-@functools.lru_cache(maxsize=1024)
-def max_t_critical(m: int, df: int, level: float) -> float:
-    """The one-sided critical value ``c`` with ``P(max of m T_i > c) = level`` for ``m`` t statistics
-    with ``df`` degrees of freedom, one shared SD and pairwise correlation 1/2: the contenders'
-    paired t statistics at one look, each the difference of a contender's and ERM's means over the
-    same seeds, divided by the pooled SD (Dunnett's many-to-one comparison, one-sided).
-
-    Example (Dunnett's one-sided tables give 2.16 for 4 comparisons, infinite df, 5 %; 1 comparison
-    is the t quantile):
-        >>> round(max_t_critical(4, 10_000, 0.05), 2), round(max_t_critical(1, 8, 0.05), 3)
-        (2.16, 1.86)
-    """
-    from scipy import optimize, stats
-
-    if m == 1:
-        return float(stats.t.isf(level, df))
-    low = float(stats.t.isf(level, df))  # one comparison: a lower bound
-    high = float(stats.t.isf(level / m, df))  # Bonferroni: an upper bound
-    if not (_max_t_tail(high, m, df) < level < _max_t_tail(low, m, df)):
-        return high  # the quadrature cannot resolve so small a level: Bonferroni's (conservative)
-    return float(optimize.brentq(lambda c: _max_t_tail(c, m, df) - level, low, high, xtol=1e-9))
-
-
-def max_t_level(m: int, df: int, level: float) -> float:
-    """The per-contender nominal level that spends ``level`` over ``m`` contenders through their
-    largest t (:func:`max_t_critical`): ``P(T_df > c)``; between ``level / m`` (Bonferroni) and
-    ``level``.
-
-    Example:
-        >>> round(max_t_level(4, 30, 0.0125) / (0.0125 / 4), 2)  # about a sixth more than Bonferroni
-        1.17
-    """
-    from scipy import stats
-
-    return float(stats.t.sf(max_t_critical(int(m), int(df), float(level)), int(df)))
 
 
 # ---------------------------------------------------------------------------------------------
 # The design and the plan
 # ---------------------------------------------------------------------------------------------
+
+#: Options of issue 44 measured in the benchmark and not shipped (benchmarks/tune_research_design.py).
+_RESEARCH_OPTIONS = ("boundaries", "variance", "multiplicity")
+RESEARCH_OPTION = ("Design has no {what} {names}: measured in the operating-characteristics benchmark "
+                   "(issue 44) and not shipped, {it} in benchmarks/tune_research_design.py (ResearchDesign)")
+_D = TypeVar("_D", bound="Design")
+
 
 @dataclass(frozen=True)
 class Design:
@@ -560,24 +248,12 @@ class Design:
         confirmation_looks: cumulative fresh seeds at each look of the confirmation (clipped to the
             confirmation pool); None: one look with the whole pool.
         spending: how each contender's ``alpha / contenders`` is spread over the looks
-            (:data:`SPENDING_RULES`).
-        boundaries: ``union`` (the spent increments as nominal levels: exactly valid with t-tests,
-            conservative by the looks' overlap and by every futility stop), ``recursive``
-            (group-sequential boundaries for normal statistics; see :func:`nominal_levels`) or
-            ``binding`` (the levels of one-sided paired t-tests at the looks' seed counts with the
-            futility stops counted on, by :func:`binding_levels`: each contender's chance of a false
-            adoption is its whole share of ``alpha``, not less).
+            (:data:`SPENDING_RULES`), as union nominal levels (:func:`nominal_levels`: exactly valid
+            with t-tests, conservative by the looks' overlap and by every futility stop).
         futility: at an interim look, a contender whose t statistic is at or below this is dropped
-            (None: never). Non-binding with ``union`` (a stop only lowers the error rate); binding
-            with ``binding`` (the levels count on it, and the plan always stops).
+            (None: never); non-binding (a stop only lowers the error rate).
         reference_alone: when no candidate is confirmed, still train ERM on the confirmation seeds
             to report its test figures (decides nothing).
-        variance: ``own``: each contender's t-test uses the SD of its own differences; ``pooled``:
-            the larger of that and the spread pooled over ERM and every contender's runs
-            (:func:`pooled_spread`), with the pooled degrees of freedom when the pooled SD is used.
-        multiplicity: ``bonferroni``: each contender gets ``alpha / contenders``; ``max_t`` (needs
-            ``variance="pooled"``): the look's level is shared by the contenders through the
-            distribution of the largest of their t statistics (:func:`max_t_level`).
         selection_guard: ``overall``: a candidate whose validation overall accuracy is below ERM's by
             more than ERM's seed SE is not ranked in the selection (:func:`mr2.tune.selection.choose`'s
             eligibility); ``none``: every candidate with a score is ranked, and overall accuracy is
@@ -614,15 +290,23 @@ class Design:
     contenders: int = 1
     confirmation_looks: tuple[int, ...] | None = None
     spending: Spending = "obrien_fleming"
-    boundaries: Boundaries = "union"
     futility: float | None = None
     reference_alone: bool = False
-    variance: Variance = "own"
-    multiplicity: Multiplicity = "bonferroni"
     selection_guard: Literal["overall", "none"] = "overall"
     screen: int = 0
     screen_tiers: bool = True
     screen_reuse: bool = False
+
+    def __new__(cls: type[_D], *args: Any, **kwargs: Any) -> _D:
+        """Refuse an option that is no longer the shipped rule's, saying where it went."""
+        removed = [name for name in _RESEARCH_OPTIONS
+                   if name in kwargs and name not in {f.name for f in fields(cls)}]
+        if removed:
+            one = len(removed) == 1
+            raise TypeError(RESEARCH_OPTION.format(what="option" if one else "options",
+                                                   names=", ".join(repr(n) for n in removed),
+                                                   it="it is" if one else "they are"))
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         problems = []
@@ -645,19 +329,8 @@ class Design:
             problems.append(f"confirmation_looks {clooks} must increase from at least 2")
         if self.spending not in SPENDING_RULES:
             problems.append(f"spending {self.spending!r} not in {SPENDING_RULES}")
-        if self.boundaries not in BOUNDARIES:
-            problems.append(f"boundaries {self.boundaries!r} not in {BOUNDARIES}")
         if self.selection_guard not in ("overall", "none"):
             problems.append(f"selection_guard {self.selection_guard!r} not in ('overall', 'none')")
-        if self.variance not in VARIANCES:
-            problems.append(f"variance {self.variance!r} not in {VARIANCES}")
-        if self.multiplicity not in MULTIPLICITIES:
-            problems.append(f"multiplicity {self.multiplicity!r} not in {MULTIPLICITIES}")
-        elif self.multiplicity == "max_t" and self.variance != "pooled":
-            problems.append("multiplicity 'max_t' needs variance 'pooled' (one SD for the t statistics)")
-        if self.boundaries == "binding" and (self.variance != "own" or self.multiplicity != "bonferroni"):
-            problems.append("boundaries 'binding' are computed for each contender's own t-test: variance "
-                            "'own' and multiplicity 'bonferroni'")
         if self.screen < 0 or (self.screen == 1 and not self.screen_reuse):
             problems.append(f"screen {self.screen} must be 0 (no screen) or at least 2 seeds "
                             "(1 with screen_reuse)")
@@ -667,8 +340,6 @@ class Design:
                             "(selection_looks=(1,)) and screen_tiers")
         if self.screen and self.gate != "best":
             problems.append("a screen needs gate 'best' (it picks one of several contenders)")
-        if self.screen and (self.variance != "own" or self.multiplicity != "bonferroni"):
-            problems.append("a screen tests one finalist: variance 'own' and multiplicity 'bonferroni'")
         if problems:
             raise ValueError(BAD_DESIGN.format(detail="; ".join(problems)))
 
@@ -681,11 +352,8 @@ class Design:
             "contenders": self.contenders,
             "confirmation_looks": None if self.confirmation_looks is None else list(self.confirmation_looks),
             "spending": self.spending,
-            "boundaries": self.boundaries,
             "futility": self.futility,
             "reference_alone": self.reference_alone,
-            "variance": self.variance,
-            "multiplicity": self.multiplicity,
             "selection_guard": self.selection_guard,
             "screen": self.screen,
             "screen_tiers": self.screen_tiers,
@@ -708,13 +376,39 @@ class Design:
         """The confirmation seeds the design uses at most: the screen's and the finalist's looks."""
         return self.screen + max(self.confirmation_looks or (3,))
 
+    # The two questions the plan asks its design about the confirmation's tests. The shipped rule's
+    # answers are below; benchmarks/tune_research_design.py's ResearchDesign overrides them with the
+    # options measured in the benchmark and not shipped (other boundaries, a pooled spread, max-t).
+
+    def look_levels(self, looks: Sequence[int], contenders: int) -> list[float]:
+        """Each look's nominal level for one contender: ``alpha / contenders`` (Bonferroni over the
+        contenders; ``contenders`` is 1 for a screen's finalist) spent over the looks by
+        :attr:`spending`, as union levels (:func:`nominal_levels`).
+
+        Args:
+            looks: the looks' cumulative seed counts (increasing).
+            contenders: how many contenders share ``alpha``.
+
+        Example:
+            >>> [round(a, 4) for a in Design(contenders=2).look_levels([3, 6], 2)]
+            [0.0015, 0.0235]
+        """
+        return nominal_levels([n / looks[-1] for n in looks], self.alpha / contenders, self.spending)
+
+    def look_level(self, plan: Plan, level: float) -> tuple[float, tuple[float, int] | None]:
+        """The level every contender's test at ``plan``'s current look is compared with, and the
+        spread passed to :func:`mr2.tune.verdict.judge_figures` (None: each contender's own paired
+        SD). The shipped rule: the look's nominal level (:meth:`look_levels`), each contender's own
+        SD."""
+        return level, None
+
 
 #: The design ``mr2 tune`` uses (issue 44's screen with the selection seed's runs reused; chosen by
 #: the rule stated in docs/benchmarks/tune-operating-characteristics.md, part 4, and confirmed there on
 #: fresh simulator seeds and on the real-run pool).
 DEFAULT_DESIGN = Design(selection_looks=(1,), gate="best", contenders=16, screen=1, screen_reuse=True,
                         selection_guard="none", confirmation_looks=(4, 8, 12, 16), spending="obrien_fleming",
-                        boundaries="union", futility=0.5)
+                        futility=0.5)
 #: Mean confirmation trainings per tune (the screen's and the finalist's) of :data:`DEFAULT_DESIGN`
 #: in the operating-characteristics simulation (benchmarks/tune_operating_characteristics.py --seed 6
 #: --reps 200: mean over the 10 cells and the null, +0.5, +1.0 and +2.0 scenarios with 17 candidates;
@@ -1247,18 +941,10 @@ class Plan:
                 return
             self._finish(self._no_contender_reason(ranked))
             return
-        fractions = [n / self._looks[-1] for n in self._looks]
-        # Bonferroni: each contender spends alpha / m over the looks; max_t: the m contenders share
-        # each look's increment of alpha through their largest t (max_t_level, at the look's df);
-        # a screen: one finalist, tested on fresh seeds, spends the whole alpha.
+        # Bonferroni: each contender spends alpha / m over the looks; a screen: one finalist, tested
+        # on fresh seeds, spends the whole alpha.
         self._screening = bool(self._screen_size) and len(self._contenders) > 1
-        share = 1 if (self.design.multiplicity == "max_t" or self._screening) else len(self._contenders)
-        if self.design.boundaries == "binding":
-            self._levels = binding_levels(self._looks, self.design.alpha / share, self.design.spending,
-                                          self.design.futility)
-        else:
-            self._levels = nominal_levels(fractions, self.design.alpha / share,
-                                          self.design.spending, self.design.boundaries)
+        self._levels = self.design.look_levels(self._looks, 1 if self._screening else len(self._contenders))
 
     def _no_contender_reason(self, ranked: list[str]) -> str:
         return ERM_CHOSEN if ranked else (ALL_FAILED if self._all_failed() else NO_ELIGIBLE)
@@ -1284,13 +970,7 @@ class Plan:
             screened = set(self.confirmation_seeds[:self._offset])
             reference = {s: f for s, f in reference.items() if s not in screened}
         last = self._stage == len(self._looks) - 1
-        spread = self._pooled_spread() if self.design.variance == "pooled" else None
-        level = self._levels[self._stage]
-        if self.design.multiplicity == "max_t":
-            # Dunnett-type: the contenders' t statistics share the pooled SD and ERM's runs; a contender
-            # using its own (larger) SD and fewer df rejects only where the pooled max-t would.
-            level = max_t_level(len(self._contenders), spread[1], level) if spread and spread[1] > 0 \
-                else level / len(self._contenders)
+        level, spread = self.design.look_level(self, self._levels[self._stage])
         adoptable: list[tuple[float, str]] = []
         for label in list(self._active):
             figures = self._test[label]
@@ -1414,21 +1094,6 @@ class Plan:
         self._screen_tiers = [int(t) for t in every]
         self._screen_accuracy = [float(a) for a in accuracy]
         return [int(k) for k in ranked[tiers == tiers.max()]]
-
-    def _pooled_spread(self) -> tuple[float, int]:
-        """:func:`pooled_spread` over the confirmation's looks so far: per look, ERM and every
-        contender that has all of that look's seeds (its hard-tier figures)."""
-        blocks = []
-        previous = 0
-        for n in self._looks[:self._stage + 1]:
-            seeds = self.confirmation_seeds[previous:n]
-            previous = n
-            rows = [[self._test[label][s].hard_tier for s in seeds]
-                    for label in [self.reference, *self._contenders]
-                    if all(s in self._test[label] for s in seeds)]
-            if len(rows) >= 2:
-                blocks.append(np.array(rows))
-        return pooled_spread(blocks)
 
     def _final_reason(self) -> str:
         decisions = {look.contender: look.decision for look in self._looks_done}

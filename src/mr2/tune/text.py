@@ -364,7 +364,7 @@ def design_text(design: Design) -> str:
             f"worse beyond noise) is the FINALIST.{tiers} The finalist alone goes on, against ERM on the "
             f"seeds after the screen, {looks}: it is ADOPTED only if a one-sided paired t-test of its test "
             f"hard-tier gain over ERM on those seeds rejects 'no better than ERM' at level {design.alpha:g} "
-            f"over its looks, spent by the {design.spending.replace('_', '-')} rule{_binding_text(design)}, "
+            f"over its looks, spent by the {design.spending.replace('_', '-')} rule, "
             "and its test overall accuracy is not below ERM's by more than ERM's seed standard error. "
             "Otherwise the advice is ERM."
         )
@@ -372,20 +372,9 @@ def design_text(design: Design) -> str:
         f"{selection}; {gate}. Confirmation on the test split with fresh seeds, {looks}: a contender is "
         f"ADOPTED only if a one-sided paired t-test of its test hard-tier gain over ERM rejects 'no better "
         f"than ERM' at level {design.alpha:g} over all contenders and looks{split}, spent by the "
-        f"{design.spending.replace('_', '-')} rule{_binding_text(design)}, and its test overall accuracy "
+        f"{design.spending.replace('_', '-')} rule, and its test overall accuracy "
         "is not below ERM's by more than ERM's seed standard error. Otherwise the advice is ERM."
     )
-
-
-def _binding_text(design: Design) -> str:
-    """How the looks' levels count on the futility stops (``boundaries="binding"``), or ""."""
-    looks = design.confirmation_looks
-    if design.boundaries != "binding" or looks is None or len(looks) < 2:
-        return ""
-    if design.futility is None:
-        return " (exact levels of t-tests at those seed counts)"
-    return (" (exact levels of t-tests at those seed counts that count on the futility stop: before the "
-            f"last look a contender stops when its t statistic is at or below {design.futility:g})")
 
 
 _REASONS = {
@@ -570,13 +559,8 @@ def _short_pool(advice: Advice, mean: float, statistic: float, n: int) -> str:
 def _last_level(design: Design) -> float:
     """The nominal level of the design's last look for its finalist (or each contender, without a
     screen) when the whole confirmation pool is given."""
-    from mr2.tune.design import binding_levels, nominal_levels
-
     looks = design.confirmation_looks or (design.confirmation_seeds,)
-    alpha = design.alpha if design.screen else design.alpha / design.contenders
-    if design.boundaries == "binding":
-        return binding_levels(looks, alpha, design.spending, design.futility)[-1]
-    return nominal_levels([n / looks[-1] for n in looks], alpha, design.spending, design.boundaries)[-1]
+    return design.look_levels(looks, 1 if design.screen else design.contenders)[-1]
 
 
 def seeds_needed(mean: float, sd: float, level: float, limit: int = 1000) -> int | None:

@@ -36,12 +36,13 @@ differences were the observed ``d`` and ``sd``::
 with ``T'`` noncentral t (``scipy.stats.nct``) and ``t_{1-alpha, n-1}`` the central t quantile. It is
 a plug-in estimate: the observed effect and spread are themselves noisy on a few seeds.
 
-A spread shared with other contenders (``spread=(sd, df)``, :mod:`mr2.tune.design`'s pooled
-variance): the test uses ``max(sd_own, floor, sd_pooled)``; when the pooled SD is the largest, the
-t statistic has the pooled degrees of freedom, otherwise its own ``n - 1``. Under a common variance of
-the differences the pooled test is exact and the rule is conservative against it (it only ever
-takes a larger SD, and then with fewer degrees of freedom); a contender whose own spread is larger
-keeps its own test.
+A spread shared with other contenders (``spread=(sd, df)``: what a design's
+:meth:`mr2.tune.design.Design.look_level` offers; the shipped rule offers none, the pooled variance
+of benchmarks/tune_research_design.py does): the test uses ``max(sd_own, floor, sd_pooled)``; when
+the pooled SD is the largest, the t statistic has the pooled degrees of freedom, otherwise its own
+``n - 1``. Under a common variance of the differences the pooled test is exact and the rule is
+conservative against it (it only ever takes a larger SD, and then with fewer degrees of freedom); a
+contender whose own spread is larger keeps its own test.
 
 The spread's floor: test accuracies move in steps (class k's in steps of ``1 / n_k``), so on a few
 seeds the differences can all be the same step by chance, and a t-test would read their zero spread
