@@ -377,6 +377,18 @@ def extend(cell: str, labels: list[str], out: Path, glyphs: Path | None, workers
     return code
 
 
+def tune_command(cell: str, candidate_set: str, rerun: str | None, config: Path, out: Path,
+                 workers: int) -> tuple[str, list[str]]:
+    """The tune's name (``<cell>-<set>[-<rerun>]``) and its ``mr2 tune`` command line: selection seeds
+    5-7, confirmation seeds 8-10 (the first runs) or those of :data:`RERUNS` for a re-run."""
+    name = f"{cell}-{candidate_set}" + (f"-{rerun}" if rerun else "")
+    confirm = RERUNS[rerun] if rerun else CONFIRMATION_SEEDS
+    return name, [sys.executable, "-m", "mr2", "tune", "--config", str(config), "--candidates", candidate_set,
+                  "--seeds", SELECTION_SEEDS, "--confirm-seeds", confirm, "--criterion", "hard_tier",
+                  "--workers", str(workers), "--threads-per-run", "1", "--output-dir", str(out),
+                  "--name", name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -415,12 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         return extend(args.cell, args.labels, args.out, args.glyphs, args.workers)
 
     config = run_config(args.cell, args.out, args.glyphs)
-    name = f"{args.cell}-{args.candidates}" + (f"-{args.rerun}" if args.rerun else "")
-    confirm = RERUNS[args.rerun] if args.rerun else CONFIRMATION_SEEDS
-    command = [sys.executable, "-m", "mr2", "tune", "--config", str(config), "--candidates", args.candidates,
-               "--seeds", SELECTION_SEEDS, "--confirm-seeds", confirm, "--criterion", "hard_tier",
-               "--workers", str(args.workers), "--threads-per-run", "1", "--output-dir", str(args.out),
-               "--name", name]
+    name, command = tune_command(args.cell, args.candidates, args.rerun, config, args.out, args.workers)
     print(" ".join(command), flush=True)
     start = time.monotonic()
     code = subprocess.call(command, env=os.environ.copy())

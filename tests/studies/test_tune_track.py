@@ -130,3 +130,45 @@ def test_compare_puts_the_old_and_new_tunes_side_by_side_from_the_committed_reco
     assert float(cells[10]) == pytest.approx(row[best], abs=0.006)
     per_cell = next(line for line in text.splitlines() if line.startswith("| mlp-n1000 | KEEP ERM |"))
     assert "+0.04 on seeds 8-16" in per_cell and f"{best} ({row[best]:+.2f})" in per_cell
+
+
+def test_the_issue_44_rerun_has_the_designs_confirmation_pool_and_its_own_name(track, tmp_path):
+    """``run --v3``: selection seeds 5-7 as before and the 17 fresh seeds DEFAULT_DESIGN can use (8-24),
+    into ``<cell>-full-v3``; the issue-37 re-run and the first runs keep their seeds."""
+    from mr2.tune.design import DEFAULT_DESIGN
+
+    config = tmp_path / "c.yaml"
+    name, command = track.tune_command("mlp-n100", "full", "v3", config, tmp_path, 2)
+    assert name == "mlp-n100-full-v3"
+    args = dict(zip(command[4::2], command[5::2], strict=True))
+    confirm = [int(s) for s in args["--confirm-seeds"].split(",")]
+    assert confirm == list(range(8, 25)) and len(confirm) == DEFAULT_DESIGN.confirmation_seeds
+    assert args["--seeds"] == "5,6,7" and len(args["--seeds"].split(",")) >= DEFAULT_DESIGN.selection_seeds
+    assert not set(confirm) & {0, 1, 2, 3, 4, 5, 6, 7}  # no regime-map or selection seed
+    assert command[command.index("--name") + 1] == name and command[command.index("--config") + 1] == str(config)
+    assert track.tune_command("mlp-n100", "full", "v2", config, tmp_path, 2)[1][
+        command.index("--confirm-seeds") + 1] == ",".join(str(s) for s in range(8, 17))
+    first = track.tune_command("mlp-n100", "quick", None, config, tmp_path, 2)
+    assert first[0] == "mlp-n100-quick" and first[1][command.index("--confirm-seeds") + 1] == "8,9,10"
+
+
+def test_compare_sets_two_reruns_side_by_side_and_counts_a_screens_contenders(track, tmp_path):
+    """``compare --old full-v2 --new full-v3``: the v3 tune's row (16 contenders counted, not listed) and
+    the pair row, from records laid out as the tunes write them."""
+    import json
+    import shutil
+
+    source = ROOT / "docs" / "benchmarks" / "tune-track" / "mlp-n1000-full-v2"
+    shutil.copytree(source, tmp_path / "mlp-n1000-full-v2")
+    shutil.copytree(source, tmp_path / "mlp-n1000-full-v3")
+    record = tmp_path / "mlp-n1000-full-v3" / "recommendation.json"
+    data = json.loads(record.read_text())
+    data["advice"]["contenders"] = [f"c{i}" for i in range(16)]
+    record.write_text(json.dumps(data))
+    text = track.compare(tmp_path, "full-v2", "full-v3")
+    row = next(line for line in text.splitlines() if line.startswith("| mlp-n1000 | KEEP ERM |"))
+    assert "| 16, screened |" in row
+    pair = next(line for line in text.splitlines() if line.startswith("| mlp-n1000 | center_loss ("))
+    cells = [c.strip() for c in pair.strip("|").split("|")]
+    assert cells[7] == "keep ERM" and cells[4] == cells[8]  # the same trainings on both sides (a copy)
+    assert "| mean over 1 |" in text
