@@ -191,3 +191,28 @@ def test_the_printed_selection_rule_says_there_is_no_guard_and_what_the_screen_r
     old = rule_text("hard_tier", gate="best", min_runs=1)
     assert "overall accuracy is below ERM's by more than ERM's seed standard error" in old
     assert "Only the validation split is read here" in old
+
+
+def test_a_tune_that_ends_at_the_screen_says_its_verdict_is_the_screens_on_the_reused_and_fresh_seed():
+    """No finalist: the verdict printed is the screen's, on the selection seed's runs and 1 fresh seed;
+    it is not called the confirmation's "fresh seeds ... after the screen", and it has no level (the
+    screen adopts nothing). With a finalist the verdict is on the fresh seeds after the screen."""
+    from mr2.tune.candidates import candidates
+    from mr2.tune.text import advice_text
+
+    erm = next(c for c in candidates("full") if c.label == "erm")
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=DESIGN)
+    _drive(plan, {"a": {-1: -0.05}, "b": {-1: -0.05}, "c": {-1: -0.05}})
+    advice = plan.advice()
+    assert not advice.adopt and advice.verdict is not None and advice.verdict.seeds == [5, 10]
+    text = advice_text(advice, erm, "engine")
+    assert ("Verdict on the screen (test split, seeds 5, 10: the selection seed 5's runs and 1 fresh; "
+            "the screen adopts nothing)") in text
+    assert "after the screen" not in text and "(level " not in text
+    assert "for a gain, p = " in text
+
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=DESIGN)
+    _drive(plan, {"b": {-1: 0.04}})
+    text = advice_text(plan.advice(), erm, "engine")
+    assert "Verdict on the confirmation (test split, fresh seeds 11, 12, 13 after the screen)" in text
+    assert "for a gain (level " in text and "Verdict on the screen" not in text

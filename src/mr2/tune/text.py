@@ -278,9 +278,10 @@ def choice_text(choice: Choice, contenders: Sequence[str] | None = None,
 
 
 def verdict_lines(verdict: Verdict, class_names: Sequence[str] | None = None,
-                  ranked_on: str = "ERM's validation accuracies") -> list[str]:
+                  ranked_on: str = "ERM's validation accuracies", *, screen: bool = False) -> list[str]:
     """The figures of a verdict, one line each (ERM's test hard tier; the change and its test); the
-    hard classes by name when ``class_names`` are given; ``ranked_on``: what ranked them."""
+    hard classes by name when ``class_names`` are given; ``ranked_on``: what ranked them; ``screen``:
+    the verdict is a screen's, which has no level (it adopts nothing)."""
     n = len(verdict.seeds)
     classes = class_list(verdict.hard_classes, class_names) or "see the choice"
     ref_hard = sum(verdict.reference_hard) / n
@@ -294,8 +295,8 @@ def verdict_lines(verdict: Verdict, class_names: Sequence[str] | None = None,
     lines += [
         f"  {verdict.chosen} minus ERM, test hard tier: {_points(verdict.mean_difference)} "
         f"points (mean of the per-seed differences ± SD {format_percent(verdict.sd_difference)} over {n} "
-        f"seeds){_floor_note(verdict)}; one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain "
-        f"(level {_level(verdict.alpha)}), p = {_p(verdict.p_less)} for a loss",
+        f"seeds){_floor_note(verdict)}; one-sided paired t-test: p = {_p(verdict.p_greater)} for a gain"
+        f"{'' if screen else f' (level {_level(verdict.alpha)})'}, p = {_p(verdict.p_less)} for a loss",
         f"  {verdict.chosen} minus ERM, test overall accuracy: {_points(verdict.overall_change)} points "
         f"(mean over {n} seeds); the cost allowed is ERM's seed SE of overall accuracy over {n} seeds, "
         f"{format_percent(verdict.reference_overall_se)} points",
@@ -665,10 +666,20 @@ def advice_text(advice: Advice, use: Candidate,
                      + ", ".join(str(s) for s in [*advice.reused_seeds, *advice.screen_seeds])) \
             if advice.screen_tiers \
             else "ERM's validation accuracies"
-        after = " after the screen" if advice.screen_seeds else ""
-        lines += [f"Verdict on the confirmation (test split, fresh seeds {seeds}{after}), "
-                  f"{advice.verdict.chosen} against {ERM_AT_FIRST_USE}, paired by seed:",
-                  *verdict_lines(advice.verdict, class_names, ranked_on), ""]
+        screened = set(advice.reused_seeds) | set(advice.screen_seeds)
+        if advice.screen_seeds and set(advice.verdict.seeds) <= screened:  # no finalist: the screen's
+            fresh = len(set(advice.verdict.seeds) - set(advice.reused_seeds))
+            reused = ", ".join(str(s) for s in advice.reused_seeds)
+            where = (f"seeds {seeds}: the selection seed {reused}'s runs and {fresh} fresh"
+                     if advice.reused_seeds else f"fresh seeds {seeds}")
+            lines += [f"Verdict on the screen (test split, {where}; the screen adopts nothing), "
+                      f"{advice.verdict.chosen} against {ERM_AT_FIRST_USE}, paired by seed:",
+                      *verdict_lines(advice.verdict, class_names, ranked_on, screen=True), ""]
+        else:
+            after = " after the screen" if advice.screen_seeds else ""
+            lines += [f"Verdict on the confirmation (test split, fresh seeds {seeds}{after}), "
+                      f"{advice.verdict.chosen} against {ERM_AT_FIRST_USE}, paired by seed:",
+                      *verdict_lines(advice.verdict, class_names, ranked_on), ""]
     looks = look_lines(advice)
     if looks:
         lines += [*looks, ""]
