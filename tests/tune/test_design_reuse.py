@@ -216,3 +216,25 @@ def test_a_tune_that_ends_at_the_screen_says_its_verdict_is_the_screens_on_the_r
     text = advice_text(plan.advice(), erm, "engine")
     assert "Verdict on the confirmation (test split, fresh seeds 11, 12, 13 after the screen)" in text
     assert "for a gain (level " in text and "Verdict on the screen" not in text
+
+
+def test_a_finalist_stopped_for_futility_is_said_to_be_the_finalist_not_that_there_was_none():
+    """The screen picks b (it gains on the screen's seeds only); at look 1 it shows nothing and is
+    stopped for futility: KEEP ERM says so, naming the finalist and its look, and does not say that
+    there was no finalist (the track record's cnn-n100 re-run printed that)."""
+    from mr2.tune.candidates import candidates
+    from mr2.tune.text import advice_text, what_happened
+
+    plan = Plan(LABELS, selection_seeds=[5, 6], confirmation_seeds=list(range(10, 20)), design=DESIGN)
+    _drive(plan, {"b": {5: 0.08, 10: 0.08, -1: -0.004}})
+    advice = plan.advice()
+    looks = [(look.contender, look.look, look.decision) for look in advice.looks]
+    assert ("b", 0, FINALIST) in looks and ("b", 1, "futility") in looks and not advice.adopt
+    kind, sentence = what_happened(advice)
+    assert kind == "futility"
+    assert "No finalist" not in sentence and "nothing went on to be tested" not in sentence
+    assert sentence.startswith("The finalist b (+")
+    assert " points, the largest gain on the screen's 2 seeds: the selection seed 5's runs and 1 fresh) " in sentence
+    assert "was stopped for futility at look 1 (3 fresh seeds after the screen): " in sentence
+    erm = next(c for c in candidates("full") if c.label == "erm")
+    assert sentence in advice_text(advice, erm, "engine")

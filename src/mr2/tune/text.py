@@ -485,7 +485,21 @@ def what_happened(advice: Advice) -> tuple[Happened, str]:
     futile = [label for label, look in last.items() if look.decision == "futility"]
     reached = [label for label, look in last.items() if look.decision not in ("futility", "screened_out")]
     screened = [label for label, look in last.items() if look.decision == "screened_out"]
-    if advice.screen_seeds and screened and not reached:  # no finalist: each one's reason
+    # After a screen, the finalist is the contender with a look after it (look 0 is the screen).
+    finalist = next((label for label, look in last.items() if look.look > 0), None) \
+        if advice.screen_seeds else None
+    if finalist is not None and last[finalist].decision == "futility":
+        look = last[finalist]
+        screen = next((s for s in advice.looks if s.contender == finalist and s.look == 0), None)
+        gain = "the largest gain" if screen is None else \
+            f"{_points(screen.mean_difference)} points, the largest gain"
+        bound = "" if advice.design.futility is None else f", at or below {advice.design.futility:g}"
+        return "futility", (
+            f"The finalist {finalist} ({gain} on the screen's {_screen_seeds(advice)}) "
+            f"was stopped for futility at look {look.look} ({len(look.seeds)} fresh seeds after the "
+            f"screen): {_points(look.mean_difference)} points on the test hard tier, t = "
+            f"{look.statistic:.2f}{bound}; the other contenders did not pass the screen.")
+    if advice.screen_seeds and screened and not reached and finalist is None:  # no finalist: why, each
         reasons = "; ".join(f"{label}: {advice.ruled_out[label]}" for label in [*screened, *futile]
                             if label in advice.ruled_out)
         return "futility", (f"No finalist at the screen ({_screen_seeds(advice)}), so "
