@@ -35,8 +35,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The slowest tests are listed at the end of every run (--durations), so a slow new test shows.
+# TEST_WORKERS pytest-xdist workers (0: in this process): many tests wait on the subprocesses they
+# start (trainers, torchrun, submitit jobs, the CLI), so two workers keep two cores busy.
+TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(VENV)/bin/pytest --durations=25
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=25
 
 # The fast part of the suite for the edit-test loop: no slow or distributed tests and none of the
 # modules that start many subprocesses or train end to end (QUICK_SKIP, chosen from the --durations
