@@ -112,3 +112,24 @@ def test_linear_probe_benchmark_quick_prints_the_ratios(capsys):
         sys.modules.pop(name, None)
     out = capsys.readouterr().out
     assert "| 16 | 5 | 8 |" in out and "mr2 / ce (median)" in out
+
+
+def test_the_timed_steps_are_the_steady_state_every_class_seen(bench):
+    """The timed losses are primed with batches that hold every class (as after a training epoch):
+    K = 40 over 4 random batches of 16 leaves classes unseen, so without the priming the default's
+    step would time the warm-up state (logit temperatures all 1, the seen masks; issue 47)."""
+    size = bench.Size.parse("16x40x8")
+    batches = bench.make_batches(size, bench.BATCH_POOL, seed=0)
+    assert torch.unique(torch.cat([t for _, _, t in batches])).numel() < size.classes
+    losses = bench.build_losses(size.classes)
+    for loss_fn in losses.values():
+        bench.prime(loss_fn, size, seed=0)
+    default = losses["mr2 default"]
+    assert bool(default.statistics.samples_seen.min() >= 1)
+    bench.training_step(default, batches[0])
+    assert default.statistics.all_seen_known()
+    assert not torch.allclose(default.logit_temperatures(), torch.ones(size.classes))
+    # Every priming batch is the size of a timed batch, and their classes cover 0..K-1.
+    primers = bench.priming_batches(size, seed=0)
+    assert all(t.shape == (size.batch,) for _, _, t in primers)
+    assert torch.equal(torch.unique(torch.cat([t for _, _, t in primers])), torch.arange(size.classes))
