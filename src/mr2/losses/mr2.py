@@ -605,19 +605,15 @@ class MR2Loss(nn.Module):
         )
         return self._reduce_pairs(per_sample, target, features.shape[1])
 
-    def _steady_probe_step(
+    def _steady_update(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
-    ) -> torch.Tensor:
-        """:meth:`forward`'s training step whose features need no gradient (a linear probe), once
-        every class is known to have been seen, on CPU with the default statistics and logit
-        temperatures (the conditions in :meth:`forward`), as straight-line code: the statistics'
-        update (:meth:`ClassFeatureStatistics._steady_step
-        <mr2.statistics.class_features.ClassFeatureStatistics._steady_step>`), the logit temperatures
-        from ``a_k = Q_k / n_k`` (:meth:`allocation_statistic`), the logit term; the spreads ``s_k`` of
-        the distance margin, which only :attr:`parts` reads, are computed when it is read (or before
-        the statistics next change). Issue 47: 33 dispatched operations where the general path takes
-        42 (43 before), and little Python. The values are the general path's bit for bit
-        (tests/core/test_steady_probe_step.py)."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The steady steps' first part (:meth:`_steady_probe_step`, :meth:`_steady_train_step`): the
+        input checks, the statistics' update (:meth:`ClassFeatureStatistics._steady_step
+        <mr2.statistics.class_features.ClassFeatureStatistics._steady_step>`) and the logit temperatures
+        from ``a_k = Q_k / n_k`` (:meth:`allocation_statistic`); returns the fresh ``(n_k clamped at
+        1e-12, Q_k, gamma)``. The last step's deferred parts are dropped (restored if the update
+        refuses the batch)."""
         check_logits(logits, target, self.num_classes)
         check_features(features, target)
         statistics = self.statistics
@@ -639,6 +635,21 @@ class MR2Loss(nn.Module):
             total = root.sum()
             gamma = root.mul_(statistics._scalar(self.c_bar * self.num_classes, root)).div_(total)
             gamma = gamma.clamp_min_(self.min_logit_temperature).nan_to_num_(1.0, 1.0, 1.0)
+        return count, sq_norm_sum, gamma
+
+    def _steady_probe_step(
+        self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`forward`'s training step whose features need no gradient (a linear probe), once
+        every class is known to have been seen, on CPU with the default statistics and logit
+        temperatures (the conditions in :meth:`forward`), as straight-line code: :meth:`_steady_update`
+        and the logit term; the spreads ``s_k`` of the distance margin, which only :attr:`parts`
+        reads, are computed when it is read (or before the statistics next change). Issue 47: 33
+        dispatched operations where the general path takes 42 (43 before), and little Python. The
+        values are the general path's bit for bit (tests/core/test_steady_probe_step.py)."""
+        count, sq_norm_sum, gamma = self._steady_update(logits, features, target)
+        statistics = self.statistics
+        attributes = self.__dict__
         # scaled_logit_loss: the logits divided by their row's temperature, the built-in loss.
         logit_term = F.cross_entropy(logits / gamma.index_select(0, target).unsqueeze(1), target)
         attributes["representation_skipped"] = True
@@ -652,6 +663,34 @@ class MR2Loss(nn.Module):
         )
         statistics.__dict__["before_write"] = self._settle_deferred_parts
         return logit_term
+
+    def _steady_train_step(
+        self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`forward`'s training step whose features need a gradient, under the conditions of
+        :meth:`_steady_probe_step` otherwise: :meth:`_steady_update`, the spreads ``s_k`` (no seen
+        mask, every class being seen), the distance margin ``2 s_bar`` as their mean over the K classes, the logit term and the
+        representation term as the general path computes them. Issue 47: the general path's Python and
+        some ten operations less per step; its values bit for bit
+        (tests/core/test_steady_train_step.py)."""
+        gamma = self._steady_update(logits, features, target)[2]
+        attributes = self.__dict__
+        with torch.no_grad():
+            # The spreads as the general path computes them (the norm cache refreshed: one [K, d] pass).
+            margin_spread = self._margin_spread(self.statistics._moments(None)[1])
+            assert margin_spread is not None
+            # mean_spread with every class seen: (s * seen).sum() / seen.sum() is s.sum() / K.
+            margin = 2.0 * (margin_spread.sum() / self.num_classes)
+        logit_term = F.cross_entropy(logits / gamma.index_select(0, target).unsqueeze(1), target)
+        rep_term = self.representation_term(features, target, margin)
+        total = logit_term + self.lambda_rep * rep_term
+        attributes["representation_skipped"] = False
+        attributes["_parts"] = MR2LossParts(
+            total.detach(), logit_term.detach(), rep_term.detach(), gamma, margin
+        )
+        if self.collapse_guard is not None:
+            self.collapse_guard.observe(features, target, logit_term, self.collapse_advice)
+        return total
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy or a pickle keeps the deferred spreads' values (a tensor's version counter, which
@@ -692,10 +731,9 @@ class MR2Loss(nn.Module):
             target: [B] class ids in ``[0, K)``.
         """
         statistics = self.statistics
-        if (  # the usual linear-probe step (docs/mr2.md, "Linear probe"): Python reads only
+        if (  # the usual training step on CPU, every class seen (docs/mr2.md): Python reads only
             self.steady_probe_path
             and self.training
-            and not features.requires_grad
             and self.lambda_rep > 0
             and torch.is_grad_enabled()
             and not profiler._is_profiler_enabled
@@ -711,6 +749,8 @@ class MR2Loss(nn.Module):
             and wants_values(logits, self.check_values)
             and statistics.steady_step_applies(features)
         ):
+            if features.requires_grad:
+                return self._steady_train_step(logits, features, target)
             return self._steady_probe_step(logits, features, target)
         warn_if_evaluating_in_train_mode(self, "class statistics")
         # Plain attributes of this step are set in __dict__ (nn.Module's __setattr__ costs about a
