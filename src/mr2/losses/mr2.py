@@ -351,8 +351,9 @@ class MR2Loss(nn.Module):
         #: Whether the last call left out the representation term (a training step whose features need
         #: no gradient; see :meth:`forward`).
         self.representation_skipped = False
-        #: Whether a linear-probe step may take the straight-line path of :meth:`_steady_probe_step`
-        #: (same operations and values as the general path; False: always the general path, for tests).
+        #: Whether a steady training step may take the straight-line path of :meth:`_steady_probe_step`
+        #: (features without a gradient) or :meth:`_steady_train_step` (the general path's values;
+        #: False: always the general path, for tests).
         self.steady_probe_path = True
         #: Warns once when the features collapse (:mod:`mr2.losses.collapse`); None switches it off.
         self.collapse_guard: CollapseGuard | None = CollapseGuard(self.num_classes)
