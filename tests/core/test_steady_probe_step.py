@@ -13,33 +13,27 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.ops import CountOps, assert_same_step
+from helpers.ops import (
+    CountOps,
+    assert_same_state,
+    assert_same_step,
+    count_calls,
+    fast_and_full,
+    steady_batch,
+)
 from mr2 import MR2Loss
 
 
 def _batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.float32):
-    """A batch whose first ``min(K, B)`` rows hold classes ``seed * B, ...`` (mod K): every class is seen
-    within a few steps also when K > B."""
-    g = torch.Generator().manual_seed(seed)
-    target = torch.randint(0, k, (b,), generator=g)
-    target[: min(k, b)] = (torch.arange(min(k, b)) + seed * b) % k
-    features = (torch.randn(b, d, generator=g, dtype=dtype) * (1 + 0.1 * target.unsqueeze(1)) + 0.5).relu()
-    logits = torch.randn(b, k, generator=g, dtype=dtype, requires_grad=True)
-    return logits, features, target
+    """:func:`steady_batch` with logits that need a gradient: every class seen within a few steps."""
+    logits, features, target = steady_batch(seed, k, b, d, dtype)
+    return logits.requires_grad_(), features, target
 
 
 @pytest.fixture
 def steady_calls(monkeypatch):
     """Counts the calls of the steady path."""
-    calls = []
-    original = MR2Loss._steady_probe_step
-
-    def counted(self, *args):  # type: ignore[no-untyped-def]
-        calls.append(self)
-        return original(self, *args)
-
-    monkeypatch.setattr(MR2Loss, "_steady_probe_step", counted)
-    return calls
+    return count_calls(monkeypatch, MR2Loss, "_steady_probe_step")
 
 
 # The [K, d] lerp path (K <= B / 2), the many-class path (B / 2 < K <= B), K > B.
@@ -47,20 +41,12 @@ def steady_calls(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("variant", [None, "paper"])
 def test_the_steady_step_gives_the_general_paths_values_bit_for_bit(k, b, dtype, variant, steady_calls):
-    def make() -> MR2Loss:
-        loss = MR2Loss(k, momentum=0.8) if variant is None else MR2Loss.from_variant(variant, k, momentum=0.8)
-        return loss.to(dtype)
-
-    fast, full = make(), make()
-    full.steady_probe_path = False
+    fast, full = fast_and_full(k, dtype, variant)
     for seed in range(10):
         logits, features, target = _batch(seed, k, b, dtype=dtype)
         assert_same_step(fast, full, logits, features, target)
         assert fast.representation_skipped and full.representation_skipped
-        for (name, a), (_, b_) in zip(fast.state_dict().items(), full.state_dict().items(), strict=True):
-            torch.testing.assert_close(a, b_, rtol=0, atol=0, msg=name)
-        for a, b_ in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
-            torch.testing.assert_close(a, b_, rtol=0, atol=0)
+        assert_same_state(fast, full)
     assert fast.statistics.all_seen_known()
     assert len(steady_calls) >= 5 and all(loss is fast for loss in steady_calls)
 

@@ -13,33 +13,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.ops import CountOps
+from helpers.ops import CountOps, assert_same_state, count_calls, fast_and_full, steady_batch
 from mr2 import MR2Loss
 
 
 def _batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.float32):
-    """A batch whose first ``n = min(K, B / 2)`` rows hold classes ``seed * n, ...`` (mod K), the others
-    random: every class is seen within a few steps also when K > B, and same-class pairs occur."""
-    g = torch.Generator().manual_seed(seed)
-    target = torch.randint(0, k, (b,), generator=g)
-    n = min(k, b // 2)
-    target[:n] = (torch.arange(n) + seed * n) % k
-    features = (torch.randn(b, d, generator=g, dtype=dtype) * (1 + 0.1 * target.unsqueeze(1)) + 0.5).relu()
-    logits = torch.randn(b, k, generator=g, dtype=dtype)
-    return logits, features, target
+    """:func:`steady_batch` with random classes in half the rows, so that same-class pairs occur."""
+    return steady_batch(seed, k, b, d, dtype, distinct=min(k, b // 2))
 
 
 @pytest.fixture
 def steady_calls(monkeypatch):
-    calls = []
-    original = MR2Loss._steady_train_step
-
-    def counted(self, *args):  # type: ignore[no-untyped-def]
-        calls.append(self)
-        return original(self, *args)
-
-    monkeypatch.setattr(MR2Loss, "_steady_train_step", counted)
-    return calls
+    return count_calls(monkeypatch, MR2Loss, "_steady_train_step")
 
 
 def _step(loss: MR2Loss, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor):
@@ -54,12 +39,7 @@ def _step(loss: MR2Loss, logits: torch.Tensor, features: torch.Tensor, target: t
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("variant", [None, "paper"])
 def test_the_steady_train_step_gives_the_general_paths_values_bit_for_bit(k, b, dtype, variant, steady_calls):
-    def make() -> MR2Loss:
-        loss = MR2Loss(k, momentum=0.8) if variant is None else MR2Loss.from_variant(variant, k, momentum=0.8)
-        return loss.to(dtype)
-
-    fast, full = make(), make()
-    full.steady_probe_path = False
+    fast, full = fast_and_full(k, dtype, variant)
     representation = []
     for seed in range(10):
         batch = _batch(seed, k, b, dtype=dtype)
@@ -69,10 +49,7 @@ def test_the_steady_train_step_gives_the_general_paths_values_bit_for_bit(k, b, 
         representation.append(float(fast.parts.representation))
         for name, a, b_ in zip(fast.parts._fields, fast.parts, full.parts, strict=True):
             torch.testing.assert_close(a, b_, rtol=0, atol=0, msg=name)
-        for (name, a), (_, b_) in zip(fast.state_dict().items(), full.state_dict().items(), strict=True):
-            torch.testing.assert_close(a, b_, rtol=0, atol=0, msg=name)
-        for a, b_ in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
-            torch.testing.assert_close(a, b_, rtol=0, atol=0)
+        assert_same_state(fast, full)
     assert fast.statistics.all_seen_known()
     assert len(steady_calls) >= 5 and all(loss is fast for loss in steady_calls)
     assert max(representation) > 0 and fast.parts.margin > 0

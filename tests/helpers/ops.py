@@ -33,3 +33,54 @@ def assert_same_step(fast: Any, full: Any, logits: torch.Tensor, features: torch
     torch.testing.assert_close(z1.grad, z2.grad, rtol=0, atol=0)
     for name, a, b in zip(fast.parts._fields, fast.parts, full.parts, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=name)
+
+
+def steady_batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.float32, *,
+                 distinct: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logits, features, target)`` of one step of the steady-path tests: the first ``n`` rows hold
+    classes ``seed * n, ...`` (mod K), the others random classes, so that every class is seen within a
+    few steps also when K > B (``n = distinct``, default ``min(K, B)``); ReLU features whose scale
+    grows with the class. Nothing requires a gradient."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, k, (b,), generator=g)
+    n = min(k, b) if distinct is None else distinct
+    target[:n] = (torch.arange(n) + seed * n) % k
+    features = (torch.randn(b, d, generator=g, dtype=dtype) * (1 + 0.1 * target.unsqueeze(1)) + 0.5).relu()
+    logits = torch.randn(b, k, generator=g, dtype=dtype)
+    return logits, features, target
+
+
+def count_calls(monkeypatch: Any, owner: type, name: str) -> list[Any]:
+    """The ``self`` of every call of the method ``owner.name`` from now on (patched through
+    ``monkeypatch``)."""
+    calls: list[Any] = []
+    original = getattr(owner, name)
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def fast_and_full(k: int, dtype: torch.dtype, variant: str | None) -> tuple[Any, Any]:
+    """Two equal ``MR2Loss`` (momentum 0.8; ``variant`` None: the default), the second on the general
+    path only (``steady_probe_path = False``)."""
+    from mr2 import MR2Loss
+
+    def make() -> Any:
+        loss = MR2Loss(k, momentum=0.8) if variant is None else MR2Loss.from_variant(variant, k, momentum=0.8)
+        return loss.to(dtype)
+
+    fast, full = make(), make()
+    full.steady_probe_path = False
+    return fast, full
+
+
+def assert_same_state(fast: Any, full: Any) -> None:
+    """The two losses' state dicts and moving moments equal bit for bit."""
+    for (name, a), (_, b) in zip(fast.state_dict().items(), full.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    for a, b in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
