@@ -107,7 +107,8 @@ def test_the_guard_reads_the_batch_only_on_check_steps_and_not_in_eval(monkeypat
     real = collapse_module.batch_feature_scale
     monkeypatch.setattr(collapse_module, "batch_feature_scale", lambda *a: calls.append(1) or real(*a))
     loss_fn = MR2Loss(3)
-    logits, features, target = torch.randn(6, 3), torch.randn(6, 4, requires_grad=True), torch.arange(6) % 3
+    # Zero logits: the logit term is log K, so every check step reads the batch (below).
+    logits, features, target = torch.zeros(6, 3), torch.randn(6, 4, requires_grad=True), torch.arange(6) % 3
     for _ in range(12):
         loss_fn(logits, features, target)
     assert len(calls) == 3 and loss_fn.collapse_guard.steps == 12  # steps 1, 5 and 10
@@ -120,6 +121,27 @@ def test_the_guard_reads_the_batch_only_on_check_steps_and_not_in_eval(monkeypat
     loss_fn.collapse_guard = None  # switched off
     loss_fn(logits, features, target)
     assert len(calls) == 3
+
+
+def test_on_cpu_a_check_step_whose_logit_term_rules_out_collapse_does_not_read_the_batch(monkeypatch):
+    """The rule needs the logit term at >= 0.9 log K; on CPU it is read first (no device to wait for),
+    and a check step below it skips the batch's class sums (the rule is False whatever they are)."""
+    calls = []
+    real = collapse_module.batch_feature_scale
+    monkeypatch.setattr(collapse_module, "batch_feature_scale", lambda *a: calls.append(1) or real(*a))
+    guard = CollapseGuard(num_classes=4, every=1)
+    target = torch.tensor([0, 1, 2, 3, 0, 1])
+    high, low = torch.tensor(0.95 * math.log(4)), torch.tensor(0.85 * math.log(4))
+    guard.observe(torch.ones(6, 3), target, low, lambda d: "")  # step 1, the reference: always read
+    assert len(calls) == 1
+    for _ in range(3):
+        guard.observe(torch.full((6, 3), 0.01), target, low, lambda d: "")  # fell, but learning
+    assert len(calls) == 1 and guard.steps == 4 and guard.warned_at is None
+    guard.observe(torch.full((6, 3), 0.01), target, torch.tensor(float("nan")), lambda d: "")
+    assert len(calls) == 1 and guard.warned_at is None  # a NaN logit term: the rule is False
+    with pytest.warns(FeatureCollapseWarning):
+        guard.observe(torch.full((6, 3), 0.01), target, high, lambda d: "")
+    assert len(calls) == 2 and guard.warned_at == 6
 
 
 def test_after_the_warning_the_guard_stops_checking():
