@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import base_config
+from helpers import base_config, write_spread_npz
 from mr2.cli.main import main
 from mr2.config import config_from_dict, config_to_dict
 from mr2.engine import TrainingSession, train
@@ -120,8 +120,11 @@ def test_overwrite_killed_before_its_first_checkpoint_gives_the_old_run_back(spr
     assert main(["train", "--config", str(_write_config(tmp_path, old, "old.yaml")), "--quiet"]) == 0
     run = RunDirectory(out / "run")
     before = _snapshot(run.path)
-    # A new run whose first epoch is long: killed while the old run is staged aside.
-    slow = base_config(spread_npz, out, method={"name": "erm"},
+    # A new run whose first epoch is long (12,800 steps of batch 1: tens of seconds; 128 steps lost the
+    # race on a loaded machine, its first checkpoint written before the check below): killed while the
+    # old run is staged aside.
+    big = write_spread_npz(tmp_path / "big.npz", train_per_class=4000)
+    slow = base_config(big, out, method={"name": "erm"},
                        data={"batch_size": 1}, optim={"epochs": 400, "warmup_epochs": 0})
     trainer = _spawn_trainer(_write_config(tmp_path, slow, "new.yaml"), "--overwrite")
     try:
