@@ -672,8 +672,8 @@ class MR2Loss(nn.Module):
         :meth:`_steady_probe_step` otherwise: :meth:`_steady_update`, the spreads ``s_k`` (no seen
         mask, every class being seen), the distance margin ``2 s_bar`` as their mean over the K
         classes, the logit term and the representation term as the general path computes them.
-        Issue 47: the general path's Python and a few operations less per step (0.15 ms at K = 1,000,
-        B = 512, d = 2048, one thread); its values bit for bit (tests/core/test_steady_train_step.py)."""
+        Issue 47: the general path's Python and a few operations less per step; its values bit for bit
+        (tests/core/test_steady_train_step.py)."""
         gamma = self._steady_update(logits, features, target)[2]
         attributes = self.__dict__
         with torch.no_grad():
