@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mr2 import MR2Loss
 from mr2.losses import CollapseGuard, FeatureCollapseWarning
@@ -36,6 +37,38 @@ def test_batch_feature_scale_matches_a_loop_oracle(dtype):
     got = batch_feature_scale(features, target, 5)
     assert got.tolist() == pytest.approx(_oracle_scale(features, target), rel=1e-5 if dtype == torch.float32 else 1e-12)
     assert not got.requires_grad
+
+
+class _Shapes(TorchDispatchMode):
+    """The shapes of every tensor an aten operation returns inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.shapes.append(tuple(value.shape))
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batch_feature_scale_with_more_classes_than_samples_sums_only_the_batch_classes(dtype):
+    # K = 50 > B = 13 (as K = 1,000, B = 512): the oracle's values, and no [K, d] buffer (issue 47:
+    # at K = 1,000, d = 2048 filling and norming one cost about a quarter of a training step).
+    g = torch.Generator().manual_seed(2)
+    features = torch.randn(13, 7, generator=g, dtype=dtype) * 2 - 1
+    target = torch.tensor([40, 3, 3, 49, 40, 40, 3, 49, 49, 0, 17, 3, 40])
+    with _Shapes() as seen:
+        got = batch_feature_scale(features, target, 50)
+    assert got.tolist() == pytest.approx(_oracle_scale(features, target), rel=1e-5 if dtype == torch.float32 else 1e-12)
+    assert (50, 7) not in seen.shapes and (50,) not in seen.shapes
+    assert (5, 7) in seen.shapes  # the batch's five classes
+    # The same values as the [K, d] sums give (K = 13 rows cover the relabelled classes).
+    relabelled = torch.unique(target, return_inverse=True)[1]
+    assert got.tolist() == pytest.approx(batch_feature_scale(features, relabelled, 13).tolist(), rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,8 @@ def batch_feature_scale(features: torch.Tensor, target: torch.Tensor, num_classe
           = \frac{1}{B}\sum_k \Big(Q_k - \frac{\|S_k\|^2}{n_k}\Big)
 
     with ``\bar\phi_k`` the mean of class k's samples in the batch and ``n_k``, ``S_k``, ``Q_k`` its
-    count, feature sum and sum of squared norms (one ``index_add_`` pass, no loop over classes).
+    count, feature sum and sum of squared norms (one ``index_add_`` pass, no loop over classes; with
+    more classes than samples, over the batch's own classes only).
     Computed in float32 (float64 inputs stay float64), detached; no host sync.
 
     Example:
@@ -92,8 +93,15 @@ def batch_feature_scale(features: torch.Tensor, target: torch.Tensor, num_classe
     # Row norms in one pass each, without a [B, d] or [K, d] temporary of squares (at K = 1,000,
     # d = 2048 a fresh 8 MB buffer of squares cost more than the rest of a check step).
     sq_norms = torch.linalg.vector_norm(x, dim=1).square()
-    count = x.new_zeros(num_classes).index_add_(0, target, x.new_ones(target.shape))
-    feature_sum = x.new_zeros(num_classes, x.shape[1]).index_add_(0, target, x)
+    rows, groups = target, num_classes
+    if num_classes > x.shape[0]:
+        # More classes than samples (K = 1,000, B = 512): the sums of the batch's own classes only,
+        # [U, d] with U <= B, instead of a mostly-zero [K, d] buffer filled and normed (absent classes
+        # add 0 to the sum below). Each row's sum adds the same samples in the same order.
+        classes, rows = torch.unique(target, return_inverse=True)
+        groups = classes.shape[0]
+    count = x.new_zeros(groups).index_add_(0, rows, x.new_ones(target.shape))
+    feature_sum = x.new_zeros(groups, x.shape[1]).index_add_(0, rows, x)
     between = (torch.linalg.vector_norm(feature_sum, dim=1).square() / count.clamp_min(1.0)).sum()
     total = sq_norms.sum()
     size = max(x.shape[0], 1)
