@@ -1,7 +1,8 @@
 """A stand-in for a user's training script, for ``mr2 tune --command`` tests: no training, predictions
 drawn per (loss specification, seed) like ``test_trial_tune.simulated``. NumPy only, so a trial takes a
 fraction of a second. ``FAKE_MODE`` makes it misbehave: ``exit3``, ``nothing``, ``wrong_k``, ``nan``,
-``labels`` (the second trial predicts other test samples), ``hang``; ``FAKE_FAIL`` gives a mode to named
+``labels`` (the second trial predicts other test samples), ``hang``, ``collapse`` (writes
+``collapse.json`` as after a collapse guard's warning); ``FAKE_FAIL`` gives a mode to named
 candidates only (``mr2-paper-c1:exit3,mr2-distance_1d-c1:nan``)."""
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def main() -> int:
             np.savez(out / f"{split}.npz", y_true=y, logits=logits)
         else:
             np.savez(out / f"{split}.npz", y_true=y, y_pred=pred)
+    if mode == "collapse":  # what mr2.tune.write_predictions writes after a collapse guard warned
+        (out / "collapse.json").write_text(json.dumps({"warned_at_steps": [5]}))
     return 0
 
 

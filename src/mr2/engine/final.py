@@ -19,6 +19,7 @@ import numpy as np
 from mr2.engine.loop import EvalResult
 from mr2.engine.trainer import Trainer
 from mr2.io import atomic_write_bytes
+from mr2.losses.collapse import write_collapse_record
 from mr2.rundir import DatasetInfo, FinalRecord, SplitFigures, layout
 
 __all__ = ["NO_VALIDATION", "PREDICTIONS_DIR", "Predictions", "final_record", "write_predictions"]
@@ -88,7 +89,10 @@ def final_record(trainer: Trainer, split: str = "test") -> tuple[FinalRecord, Pr
 
 
 def write_predictions(run_dir: str | os.PathLike[str], predictions: Predictions) -> list[Path]:
-    """Write ``<run_dir>/predictions/<split>.npz`` (``y_true``, ``y_pred``) atomically, one per split."""
+    """Write ``<run_dir>/predictions/<split>.npz`` (``y_true``, ``y_pred``) atomically, one per split,
+    and ``predictions/collapse.json`` when a feature-collapse guard warned in this thread since the
+    run started training (:func:`mr2.losses.collapse.write_collapse_record`: ``mr2 tune`` does not
+    adopt such a candidate)."""
     written = []
     for split, (y_true, y_pred) in predictions.items():
         buffer = io.BytesIO()
@@ -97,4 +101,5 @@ def write_predictions(run_dir: str | os.PathLike[str], predictions: Predictions)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, buffer.getvalue())
         written.append(path)
+    write_collapse_record(Path(run_dir) / PREDICTIONS_DIR)
     return written

@@ -33,6 +33,7 @@ from mr2.engine.runtime import RunError, Runtime, seed_everything
 from mr2.engine.trainer import Trainer
 from mr2.errors import COMMAND_ERROR, COMMAND_WRITE_FAILED, MR2Error
 from mr2.io import WriteError
+from mr2.losses.collapse import reset_collapse_warnings
 from mr2.rundir import RunDirectory, RunDirectoryError, RunLock, RunLockedError
 
 __all__ = [
@@ -198,6 +199,9 @@ class TrainingSession:
             config.name, config.optim.epochs, self.data.class_names, self.run.tensorboard,
             enabled=self.runtime.is_main, quiet=self.quiet, start_epoch=start, start_step=step,
         )
+        # What a collapse guard reports is this run's (the predictions' collapse.json): a worker that
+        # trained another run before starts from nothing (a resumed run reports its own steps only).
+        reset_collapse_warnings()
         try:
             finished = fit_epochs(
                 self.trainer, self.run, log, start_epoch=start, best=best, global_step=step,

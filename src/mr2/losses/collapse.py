@@ -27,20 +27,30 @@ device. Under ``torch.compile`` tracing it does nothing.
 from __future__ import annotations
 
 import math
+import os
+import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from mr2.io import atomic_write_json
+
 __all__ = [
     "CHECK_EVERY",
     "COLLAPSE_RATIO",
+    "COLLAPSE_RECORD",
     "LOGIT_FRACTION",
     "CollapseGuard",
     "FeatureCollapseWarning",
     "batch_feature_scale",
+    "collapse_recorded",
+    "collapse_warnings",
     "is_collapsed",
+    "reset_collapse_warnings",
+    "write_collapse_record",
 ]
 
 #: Check the batch every this many training steps (and at the first).
@@ -57,6 +67,65 @@ COLLAPSE_MESSAGE = (
     "{spread:.3g}, "
     "while the logit term stayed at {logit:.3g} (log K = {log_k:.3g}), so the model is not learning. {advice}"
 )
+
+
+# The steps at which a guard of this thread warned since the last reset: what a trial reports to
+# ``mr2 tune`` (issue 44: a contender with a collapsed run is not adopted). Per thread, so that trials
+# trained in threads of one process do not see each other's.
+_warnings_here = threading.local()
+
+
+def collapse_warnings() -> tuple[int, ...]:
+    """The training steps at which a :class:`CollapseGuard` of this thread warned since
+    :func:`reset_collapse_warnings` (or since the thread started), oldest first.
+
+    What a tune trial reports: :func:`mr2.tune.write_predictions` writes ``collapse.json`` beside the
+    predictions when it is not empty, the engine does the same for its run, and :func:`mr2.tune.tune`
+    reads it after each ``train_fn`` call. A guard whose warning is filtered out (``warnings.simplefilter
+    ("ignore")``) still counts.
+
+    Example:
+        >>> reset_collapse_warnings()
+        >>> collapse_warnings()
+        ()
+    """
+    return tuple(getattr(_warnings_here, "steps", ()))
+
+
+def reset_collapse_warnings() -> None:
+    """Forget this thread's collapse warnings (:func:`collapse_warnings`): called before each trial."""
+    _warnings_here.steps = []
+
+
+#: The file beside a trial's predictions that says a collapse guard warned while it trained.
+COLLAPSE_RECORD = "collapse.json"
+
+
+def write_collapse_record(directory: str | os.PathLike[str]) -> Path | None:
+    """Write ``{directory}/collapse.json`` (``{"warned_at_steps": [...]}``, atomically) when a guard of
+    this thread warned since the last :func:`reset_collapse_warnings`, else remove one that a previous
+    attempt left there; returns the path written, or None."""
+    path = Path(directory) / COLLAPSE_RECORD
+    steps = collapse_warnings()
+    if steps:
+        atomic_write_json(path, {"warned_at_steps": list(steps)})
+        return path
+    if os.path.lexists(path):
+        path.unlink()
+    return None
+
+
+def collapse_recorded(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds a collapse record (:func:`write_collapse_record`); anything under
+    that name counts (it is not opened)."""
+    return os.path.lexists(Path(directory) / COLLAPSE_RECORD)
+
+
+def _note_warning(step: int) -> None:
+    steps = getattr(_warnings_here, "steps", None)
+    if steps is None:
+        steps = _warnings_here.steps = []
+    steps.append(int(step))
 
 
 class FeatureCollapseWarning(UserWarning):
@@ -218,6 +287,7 @@ class CollapseGuard:
         if not is_collapsed((first_norm, first_spread), (norm, spread), logit, self.num_classes):
             return
         self.warned_at = step
+        _note_warning(step)
         message = COLLAPSE_MESSAGE.format(
             step=step, first_norm=first_norm, norm=norm, first_spread=first_spread, spread=spread,
             logit=logit, log_k=math.log(self.num_classes), advice=advice(feature_dim),

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, ParamSpec, TextIO, TypeVar
 
+from mr2.losses.collapse import collapse_warnings, reset_collapse_warnings
 from mr2.tune.candidates import DEFAULT_CANDIDATE_SET, Candidate
 from mr2.tune.design import DEFAULT_DESIGN, Design
 from mr2.tune.driver import TuneResult, describe, run_tune
@@ -38,8 +39,13 @@ _R = TypeVar("_R")
 
 
 def _train(train_fn: Callable[[Candidate, int], Any], trial: Trial) -> Any:
-    """Run one trial of :func:`tune` (module level, so that it pickles for process pools and submitit)."""
-    return train_fn(trial.candidate, trial.seed)
+    """Run one trial of :func:`tune` (module level, so that it pickles for process pools and submitit);
+    a collapse guard that warned in its training marks the result (where it ran, in its thread)."""
+    reset_collapse_warnings()
+    result = train_fn(trial.candidate, trial.seed)
+    if collapse_warnings() and isinstance(result, TrialPredictions):
+        result = replace(result, collapsed=True)
+    return result
 
 
 @dataclass(frozen=True)

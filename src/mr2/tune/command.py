@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mr2.io import open_text_no_follow
+from mr2.losses.collapse import COLLAPSE_RECORD, collapse_recorded
 from mr2.sweep.processes import start_subprocess
 from mr2.tune.candidates import Candidate
 from mr2.tune.errors import TrialError, TrialFailed, TuneInputError
@@ -447,8 +448,8 @@ class CommandSource(StoredTrialSource):
         log = self.log(trial)
         out = self.store.path(trial) / OUTPUT_DIR
         out.mkdir(parents=True, exist_ok=True)
-        for split in SPLITS:  # a previous attempt's files must not pass for this one's
-            (out / f"{split}.npz").unlink(missing_ok=True)
+        for name in (*(f"{split}.npz" for split in SPLITS), COLLAPSE_RECORD):
+            (out / name).unlink(missing_ok=True)  # a previous attempt's files must not pass for this one's
         command = self.shell_command(trial)
         env = {**os.environ, **self.environment(trial)}
         with open_text_no_follow(log) as handle:  # a train.log link is refused, never written through
@@ -480,7 +481,8 @@ class CommandSource(StoredTrialSource):
                 raise TrialFailed(NO_PREDICTIONS.format(trial=trial.name, path=path, log=log) + _tail(log))
             # The one reader of a trial's file, fresh or stored (bounded; integer ids; finite logits).
             splits[split] = read_trial_file(trial, split, path, self.store.num_classes, log)
-        return TrialPredictions(val=splits["val"], test=splits["test"])
+        # write_predictions wrote collapse.json beside them: a collapse guard warned in its training.
+        return TrialPredictions(val=splits["val"], test=splits["test"], collapsed=collapse_recorded(out))
 
 
 NO_MR2_INTERPRETER = (

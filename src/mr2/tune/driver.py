@@ -29,7 +29,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -255,11 +255,14 @@ class _Run:
             y_true, y_pred = result.predictions["val"]
             figures = ValidationFigures.from_predictions(f"{label}@{trial.seed}", trial.seed, y_true, y_pred,
                                                          self.num_classes)
+            # A collapse guard warned while the trial trained: the plan does not adopt its candidate.
+            figures = replace(figures, collapsed=result.collapsed)
             reused = None
             if self.plan.design.screen_reuse and trial.seed == self.plan.selection_seeds[0]:
                 # the screen's first seed: this run's test figures
                 y_test, y_test_pred = result.predictions["test"]
                 reused = seed_figures(y_test, y_test_pred, list(range(self.num_classes)), self.num_classes)
+                reused = replace(reused, collapsed=result.collapsed)
                 self.reused.setdefault(label, {})[trial.seed] = reused
             self.plan.record_validation(label, trial.seed, figures, test=reused)
             self.validation.setdefault(label, {})[trial.seed] = figures
@@ -270,7 +273,8 @@ class _Run:
                     self.say(warning)
         else:
             y_true, y_pred = result.predictions["test"]
-            test = seed_figures(y_true, y_pred, self.plan.hard_classes, self.num_classes)
+            test = replace(seed_figures(y_true, y_pred, self.plan.hard_classes, self.num_classes),
+                           collapsed=result.collapsed)
             self.plan.record_test(label, trial.seed, test)
             self.test.setdefault(label, {})[trial.seed] = test
             per_class = _per_class(y_true, y_pred, self.num_classes)

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from mr2.config import RunConfig, config_to_dict
 from mr2.engine.final import PREDICTIONS_DIR
+from mr2.losses.collapse import collapse_recorded
 from mr2.sweep import SweepSpec, plan_sweep, spec_from_dict
 from mr2.sweep.cluster import submit_points
 from mr2.sweep.launcher import launcher_from_dict
@@ -217,7 +218,9 @@ class EngineSource:
                 predictions[split] = class_ids(read_trial_file(trial, split, file, self._classes, log))
             except TrialError as error:
                 return TrialResult(trial, None, failure=str(error), log=log, seconds=seconds)
-        return TrialResult(trial, predictions, log=log, seconds=seconds, reused=reused)
+        # The engine wrote collapse.json beside them: a collapse guard warned while the run trained.
+        return TrialResult(trial, predictions, log=log, seconds=seconds, reused=reused,
+                           collapsed=collapse_recorded(point.run_dir / PREDICTIONS_DIR))
 
 
 def phase_spec(request: TuneRequest, config: RunConfig, phase: str, *, workers: int = 1,

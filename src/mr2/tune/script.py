@@ -47,6 +47,7 @@ from torch.utils.data import (
 )
 
 from mr2.io import atomic_write_bytes
+from mr2.losses.collapse import write_collapse_record
 from mr2.memory import allocatable_bytes
 from mr2.methods.spec import LossSpecError, LossSpecJSONError, parse_loss_spec
 from mr2.tune.errors import TuneInputError
@@ -499,6 +500,10 @@ def write_predictions(
     ([N] int64, the loader's labels in its order) and ``logits`` ([N, K], float32 unless the model gives
     float64), written atomically: the files ``mr2 tune --command`` and ``mr2 report --predictions``
     read. The loaders must not shuffle: every trial predicts the same samples in the same order.
+    When a feature-collapse guard (:class:`mr2.MR2Loss`'s) warned in this thread since it started (or
+    since :func:`mr2.losses.collapse.reset_collapse_warnings`), ``{out}/collapse.json`` is written
+    beside them (and an old one removed otherwise): ``mr2 tune`` then does not adopt the candidate
+    (docs/tune.md, "What the 5 % does not cover").
 
     Args:
         out: the directory (created if missing), e.g. ``args.out`` of :func:`add_trial_arguments`.
@@ -558,4 +563,6 @@ def write_predictions(
         np.savez(buffer, y_true=y_true.numpy(), logits=logits.numpy())
         files[split] = directory / f"{split}.npz"
         atomic_write_bytes(files[split], buffer.getvalue())
+    # A collapse guard of this training warned (mr2.MR2Loss's): the tune does not adopt the candidate.
+    write_collapse_record(directory)
     return files

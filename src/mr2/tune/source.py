@@ -97,6 +97,7 @@ class TrialResult:
         log: its log file, where there is one.
         seconds: its own training time (0 for a trial finished earlier).
         reused: finished by an earlier invocation.
+        collapsed: a feature-collapse guard warned while it trained (its candidate is not adopted).
     """
 
     trial: Trial
@@ -105,6 +106,7 @@ class TrialResult:
     log: Path | None = None
     seconds: float = 0.0
     reused: bool = False
+    collapsed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -223,7 +225,8 @@ def run_stored_trials(
                 todo.append(trial)
                 continue
             store.remember_labels(trial)
-            results[trial.key] = TrialResult(trial, stored, log=log(trial), reused=True)
+            results[trial.key] = TrialResult(trial, stored, log=log(trial), reused=True,
+                                             collapsed=store.collapsed(trial))
             print(f"reused {trial.name} (finished earlier)", file=out, flush=True)
         else:
             if trial.key in store.damaged:
@@ -257,7 +260,8 @@ def run_stored_trials(
                 store.check_labels(stored, trial_log)
                 store.write(stored, seconds)
                 arrays = {s: (stored.y_true[s], stored.y_pred[s]) for s in SPLITS}
-                results[trial.key] = TrialResult(trial, arrays, log=trial_log, seconds=seconds)
+                results[trial.key] = TrialResult(trial, arrays, log=trial_log, seconds=seconds,
+                                                 collapsed=stored.collapsed)
         if failure:
             results[trial.key] = TrialResult(trial, None, failure=failure, log=trial_log, seconds=seconds)
         durations.append(seconds)

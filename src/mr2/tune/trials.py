@@ -119,6 +119,11 @@ class TrialPredictions:
 
     val: Predictions | Mapping[str, Any]
     test: Predictions | Mapping[str, Any]
+    #: A feature-collapse guard warned while this trial trained
+    #: (:func:`mr2.losses.collapse.collapse_warnings`): the candidate is not adopted. :func:`mr2.tune.tune`
+    #: sets it itself after ``train_fn`` returns; ``mr2 tune --command`` from a ``collapse.json`` beside
+    #: the predictions.
+    collapsed: bool = False
 
 
 def class_ids(item: Predictions) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -164,6 +169,7 @@ class StoredTrial:
     y_true: dict[str, NDArray[np.int64]]
     y_pred: dict[str, NDArray[np.int64]]
     logits: dict[str, NDArray[np.floating[Any]] | None]
+    collapsed: bool = False
 
 
 def _to_numpy(value: Any) -> Any:
@@ -229,7 +235,7 @@ def check_trial_predictions(trial: Trial, result: Any, num_classes: int, log: Pa
         y_true[split] = true.astype(np.int64)
         logits[split] = None if scores is None else scores
         y_pred[split] = (pred if scores is None else np.argmax(scores, axis=1)).astype(np.int64)
-    return StoredTrial(trial, y_true, y_pred, logits)
+    return StoredTrial(trial, y_true, y_pred, logits, collapsed=bool(result.collapsed))
 
 
 def read_trial_file(trial: Trial, split: str, path: Path, num_classes: int, log: Path | None = None
@@ -511,7 +517,14 @@ class TrialStore:
                 arrays["logits"] = scores
             _atomic_npz(directory / f"{split}.npz", arrays)
         record = {**self._record(stored.trial), "seconds": round(seconds, 3)}
+        if stored.collapsed:
+            record["collapsed"] = True
         atomic_write_json(directory / TRIAL_RECORD, record)
+
+    def collapsed(self, trial: Trial) -> bool:
+        """Whether a finished trial's record says a collapse guard warned while it trained."""
+        found, _ = self._load_record(self.path(trial) / TRIAL_RECORD)
+        return found is not None and found.get("collapsed") is True
 
     def read(self, trial: Trial, splits: Sequence[str] = SPLITS) -> dict[str, tuple[NDArray[np.int64],
                                                                                     NDArray[np.int64]]]:
