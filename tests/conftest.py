@@ -19,6 +19,16 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_collapse_from_earlier_tests() -> None:
+    """A collapse guard that warned in an earlier test of this worker's thread would make this test's
+    ``write_predictions`` write ``collapse.json`` (mr2.losses.collapse.collapse_warnings): each test
+    starts from none, as a trial's own process does."""
+    from mr2.losses.collapse import reset_collapse_warnings
+
+    reset_collapse_warnings()
+
+
 #: gloo's C++ abort (std::terminate on a joinable thread) that killed one rank of two passing
 #: multi-process tests in one CI run on a loaded 2-core machine, and not in 3 reruns nor in 2 other
 #: full runs: a test marked ``distributed`` that fails with it (or with a rank's SIGABRT) runs once more,

@@ -135,7 +135,7 @@ def test_a_command_trial_that_wrote_collapse_json_is_not_adopted(tmp_path, capsy
     assert json.loads((tmp_path / "d" / "recommendation.json").read_text())["adopt"] is True
 
 
-def test_the_engine_writes_collapse_json_with_a_runs_predictions_and_resets_at_a_runs_start(tmp_path):
+def test_the_engine_writes_collapse_json_beside_a_runs_predictions_after_a_guard_warned(tmp_path):
     predictions = {"val": (np.arange(6), np.arange(6)), "test": (np.arange(6), np.arange(6))}
     reset_collapse_warnings()
     write_run_predictions(tmp_path / "a", predictions)
