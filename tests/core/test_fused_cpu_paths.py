@@ -1,6 +1,7 @@
 """The CPU kernels of the loss terms (mr2.functional._cpu_kernels) against their plain formulations
-(float64 oracles): the same-class pair list built from the keys sorted by class, the sparse pair sums,
-subnormal flushing and the fused backward of the temperature-scaled cross-entropy."""
+(float64 oracles): the same-class pair list built from the keys sorted by class, the sparse pair sums
+(both kernels of a batch's own pairs: the unordered pair list and the sampled CSR product), subnormal
+flushing and the fused backward of the temperature-scaled cross-entropy."""
 
 from __future__ import annotations
 
@@ -8,8 +9,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mr2.functional import logit_margin_loss, representation_margin_loss
-from mr2.functional._cpu_kernels import flush_subnormal_, same_class_entries
+import mr2.functional.margin_losses as margin_losses
+from core import oracles
+from mr2.functional import _cpu_kernels, logit_margin_loss, representation_margin_loss
+from mr2.functional._cpu_kernels import block_layout, flush_subnormal_, same_class_entries, unordered_pairs
+
+#: The sparse path's two kernels for a batch's own pairs, chosen by the pair list's size
+#: (PAIR_LIST_MAX_ELEMENTS): "list" below it (every small test batch), "csr" when the limit is 0.
+KERNELS = ["list", "csr"]
+
+
+@pytest.fixture
+def kernel(request, monkeypatch):
+    """Run the test with one sparse kernel for the batch's own pairs (indirect parameter)."""
+    if request.param == "csr":
+        monkeypatch.setattr(_cpu_kernels, "PAIR_LIST_MAX_ELEMENTS", 0)
+    else:
+        monkeypatch.setattr(_cpu_kernels, "PAIR_LIST_MAX_ELEMENTS", 2**62)
+    return request.param
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -33,6 +50,42 @@ def testsame_class_entries_are_the_masks_nonzero(seed):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_unordered_pairs_list_every_same_class_pair_once(seed):
+    g = torch.Generator().manual_seed(seed)
+    batch = int(torch.randint(1, 50, (1,), generator=g))
+    target = torch.randint(0, int(torch.randint(1, 30, (1,), generator=g)), (batch,), generator=g)
+    layout, pairs = block_layout(target)
+    first, second = unordered_pairs(target, layout.counts, pairs)
+    got = sorted((min(i, j), max(i, j)) for i, j in zip(first.tolist(), second.tolist(), strict=True))
+    want = [(i, j) for i in range(batch) for j in range(i + 1, batch) if target[i] == target[j]]
+    assert got == want and pairs == 2 * len(want)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, indirect=True)
+@pytest.mark.parametrize(("batch", "classes"), [(40, 60), (64, 8), (30, 1)])
+def test_sparse_pairs_equal_the_float64_oracle(batch, classes, kernel):
+    g = torch.Generator().manual_seed(batch + classes)
+    target = torch.randint(0, classes, (batch,), generator=g)
+    features = torch.randn(batch, 6, generator=g, dtype=torch.float64)
+    got = representation_margin_loss(features, target, 5.0, temperature=3.0, reduction="none", pair_mode="sparse")
+    want = torch.tensor(oracles.representation_terms(features, target, 5.0, temperature=3.0), dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("classes", "dim", "kernel"), [(1000, 2048, "list"), (100, 2048, "csr")])
+def test_auto_at_many_classes_takes_the_pair_list_only_while_it_is_small(classes, dim, kernel, monkeypatch):
+    calls = []
+    for name in ("pair_list_log_sum_exp", "same_pair_log_sum_exp"):
+        real = getattr(margin_losses, name)
+        monkeypatch.setattr(margin_losses, name, lambda *a, _n=name, _r=real, **o: calls.append(_n) or _r(*a, **o))
+    g = torch.Generator().manual_seed(5)
+    target = torch.randint(0, classes, (512,), generator=g)
+    features = torch.randn(512, dim, generator=g) * 0.03
+    representation_margin_loss(features, target, 1.0, temperature=float(dim))
+    assert calls == ["pair_list_log_sum_exp" if kernel == "list" else "same_pair_log_sum_exp"]
+
+
 def _value_and_gradients(features, target, pair_mode, margin=0.8, temperature=1.5, **partners):
     queries = features.clone().requires_grad_()
     keys = partners.pop("partner_features", None)
@@ -47,8 +100,9 @@ def _value_and_gradients(features, target, pair_mode, margin=0.8, temperature=1.
     return per_sample.detach(), torch.autograd.grad((per_sample * weights).sum(), inputs)
 
 
+@pytest.mark.parametrize("kernel", KERNELS, indirect=True)
 @pytest.mark.parametrize("seed", range(6))
-def test_sparse_pairs_skip_the_rows_without_a_partner_and_equal_the_dense_path(seed):
+def test_sparse_pairs_skip_the_rows_without_a_partner_and_equal_the_dense_path(seed, kernel):
     # Many classes: most rows have no partner (value 0, gradient 0), some have one or two.
     g = torch.Generator().manual_seed(seed)
     features = torch.randn(48, 7, generator=g, dtype=torch.float64)
@@ -71,8 +125,9 @@ def test_sparse_pairs_skip_the_rows_without_a_partner_and_equal_the_dense_path(s
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("kernel", KERNELS, indirect=True)
 @pytest.mark.parametrize("pool", [False, True])
-def test_sparse_pairs_of_a_batch_without_any_pair_are_zero(pool):
+def test_sparse_pairs_of_a_batch_without_any_pair_are_zero(pool, kernel):
     features = torch.randn(9, 4, dtype=torch.float64)
     target = torch.arange(9)
     partners = {}
@@ -126,7 +181,8 @@ def testflush_subnormal_zeroes_exactly_the_entries_below_the_smallest_normal_num
     )
 
 
-def test_sparse_pair_gradient_has_no_subnormal_entries_from_vanishing_pair_weights():
+@pytest.mark.parametrize("kernel", KERNELS, indirect=True)
+def test_sparse_pair_gradient_has_no_subnormal_entries_from_vanishing_pair_weights(kernel):
     # Pairs far inside the margin: exp((d^2 - m) / T) is about e^-95, a float32 subnormal. The sparse
     # path drops those weights (CPU arithmetic on subnormals is slow); the loss keeps its value.
     target = torch.tensor([0, 0, 1, 1, 2])
@@ -146,8 +202,9 @@ def test_sparse_pair_gradient_has_no_subnormal_entries_from_vanishing_pair_weigh
     torch.testing.assert_close(grad, dense[1][0], rtol=0, atol=1e-36)
 
 
+@pytest.mark.parametrize("kernel", KERNELS, indirect=True)
 @pytest.mark.parametrize("pool", [False, True])
-def test_sparse_pair_gradient_is_the_same_when_a_retained_graph_runs_backward_twice(pool):
+def test_sparse_pair_gradient_is_the_same_when_a_retained_graph_runs_backward_twice(pool, kernel):
     # The kernel's backward must not overwrite what it saved (a retained graph runs it again).
     g = torch.Generator().manual_seed(11)
     features = torch.randn(30, 5, generator=g, dtype=torch.float64, requires_grad=True)

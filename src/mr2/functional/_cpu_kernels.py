@@ -17,6 +17,7 @@ __all__ = [
     "block_layout",
     "class_block_log_sum_exp",
     "flush_subnormal_",
+    "pair_list_log_sum_exp",
     "pair_path",
     "same_class_entries",
     "same_pair_log_sum_exp",
@@ -190,6 +191,102 @@ def same_pair_log_sum_exp(
     return out
 
 
+class _PairListLogSumExp(torch.autograd.Function):
+    """``log(1 + sum_j exp((||x_i - x_j||^2 - m) / T))`` per row over a batch's same-class pairs given
+    as a list of UNORDERED pairs ``(first_u, second_u)``, with an analytic backward.
+
+    Each pair's squared distance is computed once, from its gathered difference ``x_i - x_j`` (no
+    cancellation), and enters the log-sum-exps of both its rows. Backward, with ``c_u = (g_i p_ij +
+    g_j p_ji) 2 / T`` (``p`` the softmax weights of the two rows): ``dL/dx_i += c_u (x_i - x_j)`` and
+    ``dL/dx_j -= c_u (x_i - x_j)``, two ``index_add_`` of the saved differences. For a few pairs (the
+    many-classes case): about 30 operations where the sampled CSR kernel takes about 80 and two CSR
+    products; its [pairs, d] temporaries make it the slower kernel when the pairs are many
+    (:data:`PAIR_LIST_MAX_ELEMENTS`).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, features: torch.Tensor, first: torch.Tensor, second: torch.Tensor, margin: torch.Tensor,
+        temperature: float,
+    ) -> torch.Tensor:
+        batch = features.shape[0]
+        diff = features.index_select(0, first).sub_(features.index_select(0, second))
+        values = torch.linalg.vector_norm(diff, dim=1).square_().sub_(margin).div_(temperature)
+        rows = torch.cat([first, second])
+        both = torch.cat([values, values])
+        # The rows' largest terms, the "1 +" included (a zero logit): shift >= 0, so a row without a
+        # pair gets log(exp(0)) = 0 exactly.
+        shift = values.new_zeros(batch).scatter_reduce_(0, rows, both, reduce="amax", include_self=True)
+        weights = flush_subnormal_(both.sub_(shift.index_select(0, rows)).exp_())
+        denominator = torch.exp(-shift).index_add_(0, rows, weights)  # >= 1: its largest term is 1
+        flush_subnormal_(weights.div_(denominator.index_select(0, rows)))
+        ctx.save_for_backward(diff, first, second, rows, weights)
+        ctx.temperature = temperature
+        return denominator.log_().add_(shift)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        diff, first, second, rows, weights = ctx.saved_tensors
+        pairs = first.shape[0]
+        a = grad.index_select(0, rows).mul_(weights)
+        both_rows = a.narrow(0, 0, pairs).add(a.narrow(0, pairs, pairs))
+        coefficient = flush_subnormal_(both_rows.mul_(2.0 / ctx.temperature))
+        # Not in place: a retained graph runs this backward again on the saved differences.
+        step = diff * coefficient.unsqueeze(1)
+        out = diff.new_zeros(grad.shape[0], diff.shape[1])
+        out.index_add_(0, first, step).index_add_(0, second, step, alpha=-1.0)
+        return out, None, None, None, None
+
+
+def unordered_pairs(
+    target: torch.Tensor, counts: torch.Tensor, pairs: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(first, second)``: every unordered same-class pair ``i != j`` of ``target`` ([B] class ids)
+    once, from the batch sorted by class (each sample with the samples after it in its class's run).
+    ``counts``: ``bincount(target)``; ``pairs``: the ORDERED pair count ``sum_k n_k (n_k - 1)`` (as
+    :func:`block_layout` reads it: no host read here)."""
+    batch = target.shape[0]
+    device = target.device
+    order = torch.argsort(target, stable=True)
+    # Position (in the sorted batch) just past each sample's class run, less its own position + 1:
+    # how many samples of its class follow it.
+    after = counts.cumsum(0).index_select(0, target.index_select(0, order))
+    after -= torch.arange(1, batch + 1, device=device)
+    total = pairs // 2
+    first = torch.repeat_interleave(torch.arange(batch, device=device), after, output_size=total)
+    # The partners of sorted position p are p + 1, ..., p + after[p].
+    second = first + torch.arange(1, total + 1, device=device)
+    second -= (after.cumsum(0) - after).index_select(0, first)
+    return order.index_select(0, first), order.index_select(0, second)
+
+
+def pair_list_log_sum_exp(
+    features: torch.Tensor,
+    target: torch.Tensor,
+    margin: torch.Tensor,
+    temperature: float,
+    layout: BlockLayout,
+) -> torch.Tensor:
+    """Per-sample ``log(1 + sum_{j != i, y_j = y_i} exp((||x_i - x_j||^2 - m) / T))`` ([B]) over the
+    batch's own pairs by :class:`_PairListLogSumExp`; ``layout`` the batch's :class:`BlockLayout` (no
+    host read here). A sample without a partner gets exactly 0 (zero gradient)."""
+    first, second = unordered_pairs(target, layout.counts, layout.pairs)
+    out: torch.Tensor = _PairListLogSumExp.apply(features, first, second, margin, temperature)
+    return out
+
+
+#: The largest pair list, unordered pairs times the feature width, that the sparse path computes by
+#: :func:`pair_list_log_sum_exp` (a batch with itself); above it by the sampled CSR kernel
+#: (:func:`same_pair_log_sum_exp`), whose cost per pair is lower once the pair list's [pairs, d]
+#: temporaries outgrow the caches. 2^19 entries (2 MB in float32), from 1-thread timings of both,
+#: forward and backward, interleaved (2026-12-07, this project's 2-core machine): the pair list faster
+#: up to about 0.5 million entries (B = 512, d = 2048, K = 1,000: 0.66 against 0.85 ms; K = 500: 0.91
+#: against 1.06 ms; B = 128-256, d = 512-768: about 0.7x), even near 0.7-1.0 million, slower from
+#: about 1.1 million (B = 512, d = 2048, K = 200: 3.6 against 1.6 ms). The two give the same values.
+PAIR_LIST_MAX_ELEMENTS = 2**19
+
+
 #: Estimated cost of the pair paths (forward + backward, float32, CPU) per computed [i, j] entry, in
 #: units of the dense path's: a same-class pair of the sparse kernel (a sampled product plus segmented
 #: sums), and a padded entry of the per-class blocks, ``1 + BLOCK_ROW_COST / n`` for blocks of ``n``
@@ -205,11 +302,13 @@ POOL_SPARSE_COST = 16.0
 
 class BlockLayout(NamedTuple):
     """The shape of the per-class blocks of a batch: ``counts`` [C] samples per class id,
-    ``largest`` (host int) the largest count, ``blocks`` (host int) the classes with >= 2 samples."""
+    ``largest`` (host int) the largest count, ``blocks`` (host int) the classes with >= 2 samples,
+    ``pairs`` (host int) the ordered same-class pairs ``sum_k n_k (n_k - 1)``."""
 
     counts: torch.Tensor
     largest: int
     blocks: int
+    pairs: int
 
 
 def block_layout(target: torch.Tensor) -> tuple[BlockLayout, int]:
@@ -218,7 +317,7 @@ def block_layout(target: torch.Tensor) -> tuple[BlockLayout, int]:
     counts = torch.bincount(target)
     summary = torch.stack([counts.max(), (counts * (counts - 1)).sum(), (counts >= 2).sum()]).tolist()
     largest, pairs, blocks = (int(v) for v in summary)
-    return BlockLayout(counts, largest, blocks), pairs
+    return BlockLayout(counts, largest, blocks, pairs), pairs
 
 
 def pair_path(target: torch.Tensor, key_target: torch.Tensor | None = None) -> tuple[str, BlockLayout | None]:
@@ -285,7 +384,7 @@ def class_block_log_sum_exp(
     device = features.device
     if layout is None:
         layout, _ = block_layout(target)
-    counts, largest, num_blocks = layout
+    counts, largest, num_blocks, _ = layout
     if num_blocks == 0:  # no pair: 0 for every sample, still connected to the features
         return features.narrow(1, 0, 1).squeeze(1) * 0.0
     order = torch.argsort(target, stable=True)

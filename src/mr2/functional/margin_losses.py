@@ -8,8 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from mr2.checks import MR2InputError, check_features, check_logits, check_target
+from mr2.functional import _cpu_kernels
 from mr2.functional._cpu_kernels import (
+    block_layout,
     class_block_log_sum_exp,
+    pair_list_log_sum_exp,
     pair_path,
     same_pair_log_sum_exp,
 )
@@ -242,9 +245,9 @@ def representation_margin_loss(
     dtype = working_dtype(features)
     queries = features.to(dtype)
     if partner_features is None or partner_target is None:
-        keys, key_target, self_offset = queries, target, 0
+        local, keys, key_target, self_offset = True, queries, target, 0
     else:
-        keys, key_target = partner_features.to(dtype), partner_target
+        local, keys, key_target = False, partner_features.to(dtype), partner_target
     batch = queries.shape[0]
     if pair_mode not in ("auto", "dense", "blocks", "sparse"):
         raise MR2InputError(_BAD_PAIR_MODE.format(value=pair_mode))
@@ -256,9 +259,14 @@ def representation_margin_loss(
     if pair_mode == "auto":
         mode = "dense"
         if batch and queries.device.type == "cpu" and not torch.compiler.is_compiling():
-            mode, layout = pair_path(target, None if keys is queries else key_target)
+            mode, layout = pair_path(target, None if local else key_target)
     per_sample: torch.Tensor | None = None
-    if batch and mode == "sparse":
+    if batch and mode == "sparse" and local:  # the batch's own pairs: a pair list if small
+        if layout is None:
+            layout, _ = block_layout(target)
+        if (layout.pairs // 2) * queries.shape[1] <= _cpu_kernels.PAIR_LIST_MAX_ELEMENTS:
+            per_sample = pair_list_log_sum_exp(queries, target, margin_t, temperature, layout)
+    if batch and mode == "sparse" and per_sample is None:
         per_sample = same_pair_log_sum_exp(
             queries, keys, target, key_target, self_offset=self_offset, margin=margin_t,
             temperature=temperature,
