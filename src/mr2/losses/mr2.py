@@ -369,8 +369,6 @@ class MR2Loss(nn.Module):
         """
         if self._parts is None and self._deferred_parts is not None:
             total, logit_term, gamma, margin_spread, seen = self._deferred_parts
-            if logit_term is None:  # a steady linear-probe step kept its loss: detached here
-                total = logit_term = total.detach()
             if isinstance(margin_spread, tuple):  # a steady linear-probe step: from its state
                 margin_spread = _spread_of(*margin_spread)
             if seen is None:  # every class was known to have been seen at that step
@@ -657,10 +655,13 @@ class MR2Loss(nn.Module):
         attributes["_parts"] = None
         state = statistics._buffers["feature_sum"]
         assert state is not None
-        # What the parts are finished from when read: the loss (detached then), the state (changed
-        # in place by the next update, which first calls before_write), the fresh n_k and Q_k.
+        # What the parts are finished from when read: the loss, the state (changed in place by the
+        # next update, which first calls before_write), the fresh n_k and Q_k. The loss is kept
+        # detached: the step's autograd graph, kept until the next step, cost more than the detach
+        # (0.03-0.06x of a K = 10 linear-probe step, docs/benchmarks/log.md).
+        detached = logit_term.detach()
         attributes["_deferred_parts"] = (
-            logit_term, None, gamma, (state, state._version, count, sq_norm_sum), None
+            detached, detached, gamma, (state, state._version, count, sq_norm_sum), None
         )
         statistics.__dict__["before_write"] = self._settle_deferred_parts
         return logit_term
@@ -702,12 +703,11 @@ class MR2Loss(nn.Module):
 
     def _settle_deferred_parts(self) -> None:
         """Compute the spreads a deferred :attr:`parts` reads from the statistics' state now (their
-        ``before_write`` hook: the state is about to change), and detach the loss it keeps."""
+        ``before_write`` hook: the state is about to change)."""
         deferred = self.__dict__["_deferred_parts"]
         if deferred is not None and isinstance(deferred[3], tuple):
-            loss = deferred[0].detach()
             spread = _spread_of(*deferred[3])
-            self.__dict__["_deferred_parts"] = (loss, loss, deferred[2], spread, deferred[4])
+            self.__dict__["_deferred_parts"] = (*deferred[:3], spread, deferred[4])
 
     def forward(
         self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor
