@@ -21,6 +21,7 @@ __all__ = [
     "pair_path",
     "same_class_entries",
     "same_pair_log_sum_exp",
+    "unordered_pairs",
 ]
 
 
