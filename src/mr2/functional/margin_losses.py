@@ -223,8 +223,9 @@ def representation_margin_loss(
             distances as one batched matrix product of the classes padded to the largest count
             (``C n_max^2`` entries instead of ``B^2``: about a K-th for K balanced classes; local pairs
             only; one host read of the counts); ``"sparse"`` computes only the same-class pairs
-            (CPU kernel of :mod:`mr2.functional._cpu_kernels`: ``O(pairs * d)``, the pair count read
-            on the host, first derivatives only); ``"auto"`` (default): on CPU (outside
+            (CPU kernels of :mod:`mr2.functional._cpu_kernels`: ``O(pairs * d)``, the pair count read
+            on the host, first derivatives only; a batch's own pairs as a list of unordered pairs
+            while few, else and for a pool a sampled CSR product); ``"auto"`` (default): on CPU (outside
             ``torch.compile``) the cheapest of the three by a cost per computed entry
             (:func:`~mr2.functional._cpu_kernels.pair_path`: blocks for a few classes, sparse for
             many), elsewhere ``"dense"`` (choosing would need a host read of the class counts, a
