@@ -14,6 +14,10 @@ the place right after cross-entropy's step was measured to cost about 20 %):
 - ``mr2 paper``: ``MR2Loss.from_variant("paper", K)`` (``T = 1``), the same features;
 - ``mr2, term computed``: ``MR2Loss(K)`` given features that require a gradient (the representation
   term computed and differentiated, as a step that trains the features would): what the saving saves.
+- ``floor``: the work a linear-probe step of MR2 cannot leave out, without its bookkeeping: the
+  cross-entropy of the logits divided by per-class temperatures (fixed), the batch's squared feature
+  norms and one ``index_add_`` of the features into a fresh [K, d] (the class sums): ``mr2 / floor`` is
+  what the statistics' small operations (the moving averages, the temperatures, the checks) cost.
 - with ``--baseline REV``, ``mr2 @REV``: ``MR2Loss(K)`` of the package as of git revision ``REV`` (its
   ``src/mr2`` exported to a temporary directory and imported as ``mr2_baseline``), in the same
   interleaved loop: a before / after comparison of one process, where back-to-back runs on a shared
@@ -56,7 +60,7 @@ from mr2 import MR2Loss
 __all__ = ["VARIANTS", "main", "run_case"]
 
 #: The timed variants, in the order of the table.
-VARIANTS = ("ce", "mr2", "mr2 paper", "mr2, term computed")
+VARIANTS = ("ce", "mr2", "mr2 paper", "mr2, term computed", "floor")
 BATCH_POOL = 4
 
 
@@ -94,12 +98,28 @@ def _variants() -> tuple[str, ...]:
     return VARIANTS if BASELINE is None else (*VARIANTS, BASELINE[0])
 
 
+def _floor_loss(num_classes: int) -> Callable[..., torch.Tensor]:
+    """The ``floor`` variant's loss (module docstring): fixed temperatures, the squared norms and the
+    class sums computed (and dropped), the logit term returned."""
+    temperatures = torch.linspace(0.5, 1.5, num_classes)
+
+    def loss(logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            torch.linalg.vector_norm(features, dim=1).square_()
+            features.new_zeros(num_classes, features.shape[1]).index_add_(0, target, features)
+        return F.cross_entropy(logits / temperatures.index_select(0, target).unsqueeze(1), target)
+
+    return loss
+
+
 def _loss_for(name: str, num_classes: int) -> tuple[Callable[..., torch.Tensor], bool]:
     """``(loss(logits, features, target), features need a gradient)`` of a variant."""
     if BASELINE is not None and name == BASELINE[0]:
         return BASELINE[1](num_classes), False
     if name == "ce":
         return (lambda logits, features, target: F.cross_entropy(logits, target)), False
+    if name == "floor":
+        return _floor_loss(num_classes), False
     if name == "mr2 paper":
         return MR2Loss.from_variant("paper", num_classes), False
     return MR2Loss(num_classes), name == "mr2, term computed"
@@ -177,15 +197,17 @@ def format_table(results: Sequence[tuple[int, dict[str, list[float]]]], *, batch
     lines = [
         "| B | K | d | " + " | ".join(f"{v} median / min ms" for v in variants)
         + " | mr2 / ce (median) | mr2 / ce (min) | mr2 paper / ce (median) | term computed / ce (median) |"
-        + extra,
-        "| ---: | ---: | ---: |" + " ---: |" * (len(variants) + 4 + (base is not None) * 2),
+        + " floor / ce (median / min) | mr2 / floor (median / min) |" + extra,
+        "| ---: | ---: | ---: |" + " ---: |" * (len(variants) + 6 + (base is not None) * 2),
     ]
     for k, times in results:
         med = {v: statistics.median(times[v]) for v in variants}
         low = {v: min(times[v]) for v in variants}
         cells = [str(batch), str(k), str(dim), *(f"{med[v]:.2f} / {low[v]:.2f}" for v in variants),
                  f"{med['mr2'] / med['ce']:.2f}x", f"{low['mr2'] / low['ce']:.2f}x",
-                 f"{med['mr2 paper'] / med['ce']:.2f}x", f"{med['mr2, term computed'] / med['ce']:.2f}x"]
+                 f"{med['mr2 paper'] / med['ce']:.2f}x", f"{med['mr2, term computed'] / med['ce']:.2f}x",
+                 f"{med['floor'] / med['ce']:.2f}x / {low['floor'] / low['ce']:.2f}x",
+                 f"{med['mr2'] / med['floor']:.2f}x / {low['mr2'] / low['floor']:.2f}x"]
         if base is not None:
             cells += [f"{med[base] / med['ce']:.2f}x", f"{low[base] / low['ce']:.2f}x"]
         lines.append("| " + " | ".join(cells) + " |")

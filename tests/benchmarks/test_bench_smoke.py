@@ -109,10 +109,18 @@ def test_linear_probe_benchmark_quick_prints_the_ratios(capsys):
         times = probe.run_case(5, batch=16, dim=8, warmup=1, repeats=2)
         assert set(times) == set(probe.VARIANTS) and all(len(v) == 2 and min(v) > 0 for v in times.values())
         assert probe.main(["--quick", "--classes", "5", "--batch", "16", "--dim", "8"]) == 0
+        # The floor's loss is the cross-entropy of the logits over fixed per-class temperatures.
+        logits, target = torch.randn(6, 5, dtype=torch.float64), torch.tensor([0, 1, 2, 3, 4, 4])
+        got = probe._floor_loss(5)(logits, torch.randn(6, 3, dtype=torch.float64), target)
+        temperatures = [0.5 + 0.25 * int(k) for k in target]
+        want = sum(
+            -torch.log_softmax(logits[i] / temperatures[i], 0)[target[i]] for i in range(6)
+        ) / 6
+        assert got.item() == pytest.approx(want.item(), rel=1e-6)
     finally:
         sys.modules.pop(name, None)
     out = capsys.readouterr().out
-    assert "| 16 | 5 | 8 |" in out and "mr2 / ce (median)" in out
+    assert "| 16 | 5 | 8 |" in out and "mr2 / ce (median)" in out and "mr2 / floor (median / min)" in out
 
 
 def test_the_timed_steps_are_the_steady_state_every_class_seen(bench):
