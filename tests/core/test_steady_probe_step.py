@@ -56,8 +56,8 @@ def test_the_steady_step_stays_within_its_operation_budget(k, b, steady_calls):
     # 43 before (the general path with every class known to have been seen; 42 now): the norms of the
     # [K, d] state and the moments are left to parts, the weights take one operation, the guard is
     # added to the logits' sum with alpha = 4. 34 since the loss kept for the parts is detached in
-    # the step (one operation more; keeping the step's autograd graph until the next step cost
-    # 0.03-0.06x of a K = 10 linear-probe step, docs/benchmarks/log.md).
+    # the step (one operation more; the step's autograd graph, kept until the next step, cost
+    # 0.03-0.06x of a K = 10 linear-probe step in a scratch loop, docs/benchmarks/log.md).
     loss = MR2Loss(k)
     for seed in range(4):
         loss(*_batch(seed, k, b))
@@ -113,8 +113,8 @@ def test_a_steady_step_leaves_no_hook_work_to_the_next_step():
 
 def test_a_steady_step_keeps_no_autograd_graph_for_its_parts(steady_calls):
     # What the parts are finished from is kept until the next step: the loss detached, so the step's
-    # graph is freed with its backward, not a step later (docs/benchmarks/log.md: 0.03-0.06x of a
-    # K = 10 linear-probe step), and the parts read the same values.
+    # graph is freed with its backward, not a step later (docs/benchmarks/log.md), and the parts read
+    # the same values.
     loss = MR2Loss(4)
     for seed in range(4):
         loss(*_batch(seed, 4, 32))

@@ -657,8 +657,9 @@ class MR2Loss(nn.Module):
         assert state is not None
         # What the parts are finished from when read: the loss, the state (changed in place by the
         # next update, which first calls before_write), the fresh n_k and Q_k. The loss is kept
-        # detached: the step's autograd graph, kept until the next step, cost more than the detach
-        # (0.03-0.06x of a K = 10 linear-probe step, docs/benchmarks/log.md).
+        # detached, so that the step's autograd graph is freed with its backward, not a step later
+        # (in a scratch loop 0.03-0.06x of a K = 10 linear-probe step; within the noise of the
+        # benchmark's loop: docs/benchmarks/log.md).
         detached = logit_term.detach()
         attributes["_deferred_parts"] = (
             detached, detached, gamma, (state, state._version, count, sq_norm_sum), None
