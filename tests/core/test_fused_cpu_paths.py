@@ -73,6 +73,29 @@ def test_sparse_pairs_equal_the_float64_oracle(batch, classes, kernel):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("kernel", KERNELS, indirect=True)
+def test_sparse_pairs_in_float32_match_the_float64_dense_path(kernel):
+    # Features of a trained network's scale (ReLU, d = 512, T = d, the margin 2 s_bar of such
+    # features): both kernels within float32 rounding of the float64 values and gradients.
+    g = torch.Generator().manual_seed(0)
+    target = torch.randint(0, 300, (256,), generator=g)
+    features = torch.randn(256, 512, generator=g).relu_()
+    margin, temperature = 2 * 512 * 0.34, 512.0
+
+    def value_and_grad(x, mode):
+        x = x.detach().clone().requires_grad_()
+        values = representation_margin_loss(x, target, margin, temperature=temperature, reduction="none",
+                                            pair_mode=mode)
+        weights = torch.linspace(0.5, 1.5, 256, dtype=x.dtype)
+        return values.detach(), torch.autograd.grad((values * weights).sum(), x)[0]
+
+    want = value_and_grad(features.double(), "dense")
+    got = value_and_grad(features, "sparse")
+    assert bool((want[0] > 0).any())
+    torch.testing.assert_close(got[0].double(), want[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[1].double(), want[1], rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize(("classes", "dim", "kernel"), [(1000, 2048, "list"), (100, 2048, "csr")])
 def test_auto_at_many_classes_takes_the_pair_list_only_while_it_is_small(classes, dim, kernel, monkeypatch):
     calls = []
