@@ -16,9 +16,11 @@ run (interleaved repeats, the implementations in a random order per repeat, seed
 - ``floor``: what any loss of this kind costs at least: cross-entropy forward + backward on the same
   logits plus ONE scatter (``index_add_``) of the features into a [K, d] buffer.
 - ``floor + pairs``: the floor plus the formula's own work, the squared distances of the same-class
-  pairs forward and backward: each class of the batch (>= 2 samples) as its own [n_k, d] block and
-  its [n_k, n_k] Gram matrix (``sum_k n_k^2 d`` multiply-adds each way; a Python loop over the
-  batch's classes, so at large K its loop costs more than the work: read it at small K).
+  pairs forward and backward: with many pairs (more unordered pairs than samples: few classes) each
+  class of the batch (>= 2 samples) as its own [n_k, d] block and its [n_k, n_k] Gram matrix
+  (``sum_k n_k^2 d`` multiply-adds each way; a Python loop over the batch's classes); with few pairs
+  (many classes) each unordered pair's difference gathered from the upper triangle of the [B, B]
+  same-class mask (``pairs * d`` each way, no loop).
 
 Every loss is first primed with batches that hold every class (:func:`prime`), so the timed steps
 are the steady state of training (every class seen), not the warm-up of the first epoch.
@@ -204,14 +206,20 @@ class FloorLoss(nn.Module):
 
 
 class FloorPairsLoss(FloorLoss):
-    """The floor plus the same-class pairs' squared distances, forward and backward: each class's
-    [n_k, n_k] Gram matrix from its own block of the class-sorted batch (a Python loop over the
-    batch's classes)."""
+    """The floor plus the same-class pairs' squared distances (their sum over the ordered pairs),
+    forward and backward: with more unordered pairs than samples each class's [n_k, n_k] Gram matrix
+    from its own block of the class-sorted batch (a Python loop over the batch's classes), else each
+    unordered pair's gathered difference (from the [B, B] same-class mask's upper triangle)."""
 
     def forward(self, logits: torch.Tensor, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         loss = super().forward(logits, features, target)
-        counts = torch.bincount(target).tolist()
-        blocks = features.index_select(0, torch.argsort(target, stable=True)).split(counts)
+        counts = torch.bincount(target)
+        if int((counts * (counts - 1)).sum()) // 2 <= target.shape[0]:
+            same = torch.triu(target.unsqueeze(1) == target.unsqueeze(0), diagonal=1)
+            first, second = same.nonzero(as_tuple=True)
+            diff = features.index_select(0, first) - features.index_select(0, second)
+            return loss + 1e-12 * (2.0 * diff.square().sum())
+        blocks = features.index_select(0, torch.argsort(target, stable=True)).split(counts.tolist())
         pairs = features.new_zeros(())
         for block in blocks:
             if block.shape[0] >= 2:

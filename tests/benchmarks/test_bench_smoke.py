@@ -87,10 +87,12 @@ def test_breakdown_reads_the_losss_profiler_labels_and_they_nest_in_the_step(ben
     assert "| mr2.statistics_update | mr2.temperatures |" in text
 
 
-def test_floor_with_pairs_adds_the_same_class_pair_distances_and_their_gradient(bench):
+@pytest.mark.parametrize("target", [[0, 1, 0, 2, 1, 0], [0, 0, 0, 0, 1, 1]])  # gathered pairs, Gram loop
+def test_floor_with_pairs_adds_the_same_class_pair_distances_and_their_gradient(bench, target):
     """``floor + pairs`` = the floor plus the same-class squared distances (float64 oracle), with
-    their gradient reaching the features."""
-    target = torch.tensor([0, 1, 0, 2, 1, 0])
+    their gradient reaching the features; with few pairs (4 unordered in 6 samples) from the gathered
+    differences, with many (7) from the classes' Gram matrices."""
+    target = torch.tensor(target)
     features = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
     logits = torch.randn(6, 3, dtype=torch.float64)
     got = bench.FloorPairsLoss(3)(logits, features, target)
@@ -99,6 +101,10 @@ def test_floor_with_pairs_adds_the_same_class_pair_distances_and_their_gradient(
     want = float(torch.nn.functional.cross_entropy(logits, target)) + 1e-12 * pairs
     assert got.item() == pytest.approx(want, rel=1e-12)
     (grad,) = torch.autograd.grad(got, features)
+    # d/dx_i of 1e-12 sum over ordered pairs ||x_i - x_j||^2 = 1e-12 sum_j 4 (x_i - x_j), same class j.
+    same = (target.unsqueeze(1) == target.unsqueeze(0)).to(x.dtype)
+    want_grad = 1e-12 * 4.0 * (same.sum(1, keepdim=True) * x - same @ x)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-10, atol=1e-24)
     assert bool(grad.abs().sum() > 0)
 
 
