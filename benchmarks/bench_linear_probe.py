@@ -11,6 +11,10 @@ the place right after cross-entropy's step was measured to cost about 20 %):
 
 - ``ce``: ``F.cross_entropy``;
 - ``mr2``: ``MR2Loss(K)``, the default (``T = d``), features as a linear probe gives them (no gradient);
+  where numba is installed (``pip install "mr2[fast]"``) its statistics' update and logit temperatures
+  run as one compiled function (docs/mr2.md, "The fused CPU step"; the script prints which);
+- ``mr2 eager``: the same with that function switched off (``statistics.fused_step = False``): the
+  eager tensor operations, as without numba;
 - ``mr2 paper``: ``MR2Loss.from_variant("paper", K)`` (``T = 1``), the same features;
 - ``mr2, term computed``: ``MR2Loss(K)`` given features that require a gradient (the representation
   term computed and differentiated, as a step that trains the features would): what the saving saves.
@@ -56,11 +60,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from mr2 import MR2Loss
+from mr2.statistics import _fused_cpu
 
 __all__ = ["VARIANTS", "main", "run_case"]
 
 #: The timed variants, in the order of the table.
-VARIANTS = ("ce", "mr2", "mr2 paper", "mr2, term computed", "floor")
+VARIANTS = ("ce", "mr2", "mr2 eager", "mr2 paper", "mr2, term computed", "floor")
 BATCH_POOL = 4
 
 
@@ -122,7 +127,10 @@ def _loss_for(name: str, num_classes: int) -> tuple[Callable[..., torch.Tensor],
         return _floor_loss(num_classes), False
     if name == "mr2 paper":
         return MR2Loss.from_variant("paper", num_classes), False
-    return MR2Loss(num_classes), name == "mr2, term computed"
+    loss = MR2Loss(num_classes)
+    if name == "mr2 eager":
+        loss.statistics.fused_step = False
+    return loss, name == "mr2, term computed"
 
 
 def run_case(
@@ -196,15 +204,17 @@ def format_table(results: Sequence[tuple[int, dict[str, list[float]]]], *, batch
     extra = "" if base is None else f" {base} / ce (median) | {base} / ce (min) |"
     lines = [
         "| B | K | d | " + " | ".join(f"{v} median / min ms" for v in variants)
-        + " | mr2 / ce (median) | mr2 / ce (min) | mr2 paper / ce (median) | term computed / ce (median) |"
+        + " | mr2 / ce (median) | mr2 / ce (min) | mr2 eager / ce (median / min) | mr2 paper / ce (median) |"
+        + " term computed / ce (median) |"
         + " floor / ce (median / min) | mr2 / floor (median / min) |" + extra,
-        "| ---: | ---: | ---: |" + " ---: |" * (len(variants) + 6 + (base is not None) * 2),
+        "| ---: | ---: | ---: |" + " ---: |" * (len(variants) + 7 + (base is not None) * 2),
     ]
     for k, times in results:
         med = {v: statistics.median(times[v]) for v in variants}
         low = {v: min(times[v]) for v in variants}
         cells = [str(batch), str(k), str(dim), *(f"{med[v]:.2f} / {low[v]:.2f}" for v in variants),
                  f"{med['mr2'] / med['ce']:.2f}x", f"{low['mr2'] / low['ce']:.2f}x",
+                 f"{med['mr2 eager'] / med['ce']:.2f}x / {low['mr2 eager'] / low['ce']:.2f}x",
                  f"{med['mr2 paper'] / med['ce']:.2f}x", f"{med['mr2, term computed'] / med['ce']:.2f}x",
                  f"{med['floor'] / med['ce']:.2f}x / {low['floor'] / low['ce']:.2f}x",
                  f"{med['mr2'] / med['floor']:.2f}x / {low['mr2'] / low['floor']:.2f}x"]
@@ -245,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"python {platform.python_version()}, seed {args.seed}")
     print(f"load average at start (1, 5, 15 min): {_load()}")
+    compiled = "yes" if _fused_cpu.available() else "no (pip install mr2[fast])"
+    print(f"compiled steady step (numba): {compiled}, {torch.get_num_threads()} threads")
     warmup, repeats = (1, 2) if args.quick else (5, args.repeats)
     results = [
         (k, run_case(k, batch=args.batch, dim=args.dim, warmup=warmup, repeats=repeats, seed=args.seed,

@@ -69,6 +69,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mr2.losses import PROFILER_LABELS, MR2Loss, ReleasedMR2Loss
+from mr2.statistics import _fused_cpu
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -708,6 +709,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"device: {torch.cuda.get_device_name(DEVICE)}")
     print(f"python {platform.python_version()}, seed {args.seed}, quick {args.quick}")
     print(f"load average at start (1, 5, 15 min): {_load()}")
+    compiled = "yes" if _fused_cpu.available() else "no (pip install mr2[fast])"
+    print(f"MR2Loss's compiled steady step (numba, docs/mr2.md \"The fused CPU step\"): {compiled}")
     print("timed: statistics update + forward + backward (grad w.r.t. logits and features), "
           f"{DEVICE.type} float32")
     start = time.perf_counter()

@@ -123,10 +123,14 @@ def test_linear_probe_benchmark_quick_prints_the_ratios(capsys):
             -torch.log_softmax(logits[i] / temperatures[i], 0)[target[i]] for i in range(6)
         ) / 6
         assert got.item() == pytest.approx(want.item(), rel=1e-6)
+        # "mr2" is the default (the compiled step where numba is installed), "mr2 eager" without it.
+        assert probe._loss_for("mr2", 5)[0].statistics.fused_step is True
+        assert probe._loss_for("mr2 eager", 5)[0].statistics.fused_step is False
     finally:
         sys.modules.pop(name, None)
     out = capsys.readouterr().out
     assert "| 16 | 5 | 8 |" in out and "mr2 / ce (median)" in out and "mr2 / floor (median / min)" in out
+    assert "mr2 eager / ce (median / min)" in out and "compiled steady step (numba): " in out
 
 
 def test_the_timed_steps_are_the_steady_state_every_class_seen(bench):

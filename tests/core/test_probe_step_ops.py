@@ -20,8 +20,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.compiled import eager_and_compiled, needs_cpp_compiler
-from helpers.ops import CountOps
+from helpers.ops import CountOps, eager_steady_step
 from mr2 import MR2Loss
+
+
+@pytest.fixture(autouse=True)
+def _eager(monkeypatch):
+    """The eager steady step (with numba installed, the compiled call: tests/core/test_fused_step.py
+    bounds its operations and holds its values within rounding)."""
+    eager_steady_step(monkeypatch)
 
 
 def _batch(seed: int, k: int, b: int = 48, d: int = 8, dtype: torch.dtype = torch.float32):

@@ -18,6 +18,7 @@ from helpers.ops import (
     assert_same_state,
     assert_same_step,
     count_calls,
+    eager_steady_step,
     fast_and_full,
     steady_batch,
 )
@@ -28,6 +29,12 @@ def _batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.flo
     """:func:`steady_batch` with logits that need a gradient: every class seen within a few steps."""
     logits, features, target = steady_batch(seed, k, b, d, dtype)
     return logits.requires_grad_(), features, target
+
+
+@pytest.fixture(autouse=True)
+def _eager(monkeypatch):
+    """The eager steady step: these tests hold it to the general path bit for bit."""
+    eager_steady_step(monkeypatch)
 
 
 @pytest.fixture

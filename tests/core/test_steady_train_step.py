@@ -13,13 +13,26 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.ops import CountOps, assert_same_state, count_calls, fast_and_full, steady_batch
+from helpers.ops import (
+    CountOps,
+    assert_same_state,
+    count_calls,
+    eager_steady_step,
+    fast_and_full,
+    steady_batch,
+)
 from mr2 import MR2Loss
 
 
 def _batch(seed: int, k: int, b: int, d: int = 6, dtype: torch.dtype = torch.float32):
     """:func:`steady_batch` with random classes in half the rows, so that same-class pairs occur."""
     return steady_batch(seed, k, b, d, dtype, distinct=min(k, b // 2))
+
+
+@pytest.fixture(autouse=True)
+def _eager(monkeypatch):
+    """The eager steady step: these tests hold it to the general path bit for bit."""
+    eager_steady_step(monkeypatch)
 
 
 @pytest.fixture

@@ -84,3 +84,12 @@ def assert_same_state(fast: Any, full: Any) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
     for a, b in zip(fast.statistics.moments(), full.statistics.moments(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def eager_steady_step(monkeypatch: Any) -> None:
+    """Hold ``MR2Loss``'s steady step to its eager operations (bit for bit the general path's values)
+    where numba would run it as one compiled function (:mod:`mr2.statistics._fused_cpu`, held to the
+    eager step within rounding by tests/core/test_fused_step.py)."""
+    from mr2.statistics import _fused_cpu
+
+    monkeypatch.setattr(_fused_cpu, "available", lambda: False)

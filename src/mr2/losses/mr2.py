@@ -610,9 +610,11 @@ class MR2Loss(nn.Module):
         """The steady steps' first part (:meth:`_steady_probe_step`, :meth:`_steady_train_step`): the
         input checks, the statistics' update (:meth:`ClassFeatureStatistics._steady_step
         <mr2.statistics.class_features.ClassFeatureStatistics._steady_step>`) and the logit temperatures
-        from ``a_k = Q_k / n_k`` (:meth:`allocation_statistic`); returns the fresh ``(n_k clamped at
-        1e-12, Q_k, gamma)``. The last step's deferred parts are dropped (restored if the update
-        refuses the batch)."""
+        from ``a_k = Q_k / n_k`` (:meth:`allocation_statistic`), both in one compiled call where numba
+        is installed (:meth:`ClassFeatureStatistics._fused_steady_step
+        <mr2.statistics.class_features.ClassFeatureStatistics._fused_steady_step>`; docs/mr2.md, "The
+        fused CPU step"); returns the fresh ``(n_k clamped at 1e-12, Q_k, gamma)``. The last step's
+        deferred parts are dropped (restored if the update refuses the batch)."""
         check_logits(logits, target, self.num_classes)
         check_features(features, target)
         statistics = self.statistics
@@ -623,6 +625,11 @@ class MR2Loss(nn.Module):
         attributes["_deferred_parts"] = None
         with torch.no_grad():
             try:
+                fused = statistics._fused_steady_step(
+                    features, target, logits, self.c_bar * self.num_classes, self.min_logit_temperature
+                )
+                if fused is not None:  # one compiled function (numba installed; its docstring)
+                    return fused
                 count, sq_norm_sum = statistics._steady_step(features, target, logits)
             except BaseException:
                 attributes["_deferred_parts"] = last
@@ -643,9 +650,11 @@ class MR2Loss(nn.Module):
         every class is known to have been seen, on CPU with the default statistics and logit
         temperatures (the conditions in :meth:`forward`), as straight-line code: :meth:`_steady_update`
         and the logit term; the spreads ``s_k`` of the distance margin, which only :attr:`parts`
-        reads, are computed when it is read (or before the statistics next change). Issue 47: 33
-        dispatched operations where the general path takes 42 (43 before), and little Python. The
-        values are the general path's bit for bit (tests/core/test_steady_probe_step.py)."""
+        reads, are computed when it is read (or before the statistics next change). Issue 47: 34
+        dispatched operations where the general path takes 42 (43 before), and little Python; the
+        values are the general path's bit for bit (tests/core/test_steady_probe_step.py). Where numba
+        is installed, the update and the temperatures are one compiled call instead (values within
+        rounding: tests/core/test_fused_step.py)."""
         count, sq_norm_sum, gamma = self._steady_update(logits, features, target)
         statistics = self.statistics
         attributes = self.__dict__

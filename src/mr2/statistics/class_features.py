@@ -25,6 +25,7 @@ from mr2.checks import (
 )
 from mr2.errors import check_choice, either
 from mr2.functional.class_sums import class_sums
+from mr2.statistics import _fused_cpu
 
 __all__ = ["ClassFeatureStatistics", "Estimator", "PendingUpdate"]
 
@@ -42,6 +43,18 @@ DEFER_NEEDS_POOLED_L2 = (
 )
 
 
+#: The dtypes of the compiled steady step (:meth:`ClassFeatureStatistics._fused_steady_step`).
+_FUSED_DTYPES = (torch.float32, torch.float64)
+_EMPTY_ROWS: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+
+def _empty_rows(like: torch.Tensor) -> torch.Tensor:
+    """A [0, d] CPU tensor of ``like``'s dtype (made once per width and dtype, never written)."""
+    key = (like.shape[1], like.dtype)
+    empty = _EMPTY_ROWS.get(key)
+    if empty is None:
+        empty = _EMPTY_ROWS[key] = torch.empty(0, like.shape[1], dtype=like.dtype)
+    return empty
 _NOTHING = contextlib.nullcontext()  # reusable: one object instead of one per call
 
 
@@ -218,6 +231,11 @@ class ClassFeatureStatistics(nn.Module):
         #: Called once (then cleared) before the next update or load changes the state: a reader of
         #: the state as it is now (e.g. :class:`mr2.MR2Loss`'s deferred parts) sets it. None: nothing.
         self.before_write: Callable[[], None] | None = None
+        #: Whether the steady step (:meth:`_fused_steady_step`) may run as one compiled function where
+        #: numba is installed (``pip install "mr2[fast]"``; docs/mr2.md, "The fused CPU step"): the
+        #: eager step's values up to floating-point rounding. False: always the eager step, whose
+        #: values are the general path's bit for bit (``MR2_FUSED_CPU=0`` turns it off everywhere).
+        self.fused_step = True
         # 0-dim tensors of the constants of a step, by (value, dtype, device) (see _scalar).
         self._constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -247,6 +265,10 @@ class ClassFeatureStatistics(nn.Module):
             self._materialise(incoming.shape[1])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._norm_cache_valid = False
+        # Whether every class has been seen, read now (CPU: one host read per load): a resumed run's
+        # first step then takes the path the uninterrupted run takes (the steady step, possibly the
+        # compiled one, whose values differ from the general path's in the last bits).
+        self.note_all_seen()
 
     def extra_repr(self) -> str:
         return (
@@ -616,6 +638,80 @@ class ClassFeatureStatistics(nn.Module):
         # Adding counts >= 0 keeps every class seen.
         self.__dict__["_all_seen_at"] = (seen_buf, seen_buf._version)
         return new_count, new_sq_norm_sum
+
+    def _fused_steady_step(
+        self,
+        features: torch.Tensor,
+        target: torch.Tensor,
+        logits: torch.Tensor,
+        scale: float,
+        min_temperature: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """:meth:`_steady_step` and the logit temperatures
+        ``gamma_k = max(scale a_k^(1/3) / sum_j a_j^(1/3), min_temperature)`` (NaN or Inf: 1) in one
+        compiled call (:mod:`mr2.statistics._fused_cpu`; the pass over the batch in it, or as tensor
+        operations for a large batch with more than two threads:
+        :func:`~mr2.statistics._fused_cpu.use_one_pass`). Returns the fresh
+        ``(n_k clamped at 1e-12, Q_k, gamma)``, or None, having written nothing, where it does not
+        apply (:attr:`fused_step` False, numba not installed, a dtype other than float32 / float64, an
+        empty batch) or the batch needs the eager step's checks (a class id outside ``[0, K)``, a
+        NaN/Inf input or an overflowing update: the eager step then raises, or goes on where the
+        values were finite). Same preconditions as :meth:`_steady_step`; ``logits`` of the features'
+        dtype."""
+        if not (self.fused_step and _fused_cpu.available()):
+            return None
+        buffers = self._buffers
+        state, count_buf, sq_buf, seen_buf = (
+            buffers["feature_sum"], buffers["count"], buffers["sq_norm_sum"], buffers["samples_seen"]
+        )
+        assert state is not None and count_buf is not None and sq_buf is not None and seen_buf is not None
+        dtype = state.dtype
+        if (
+            dtype not in _FUSED_DTYPES
+            or count_buf.dtype != dtype
+            or sq_buf.dtype != dtype
+            or features.shape[0] == 0
+            or features.shape[1] == 0
+            or type(features) is not torch.Tensor
+            or type(logits) is not torch.Tensor
+            or type(target) is not torch.Tensor
+        ):
+            return None
+        x = features.detach() if features.requires_grad else features
+        out = state.new_empty(3, self.num_classes)
+        keep = 1.0 - self.momentum
+        if _fused_cpu.use_one_pass(x.shape[0], x.shape[1]):
+            self._before_write()
+            code = _fused_cpu.one_pass_step(
+                x.numpy(), target.numpy(), logits.detach().numpy(), state.numpy(), count_buf.numpy(),
+                sq_buf.numpy(), seen_buf.numpy(), keep, scale, min_temperature, out.numpy(),
+            )
+            if code != _fused_cpu.OK:
+                return None
+        else:
+            # The passes over the batch as the eager step's threaded tensor operations: the norms, the
+            # counts (they refuse a class id outside [0, K) with the library's error, before anything
+            # is written) and, for few classes, the [K, d] class sums; the rest in one call.
+            norms = torch.linalg.vector_norm(x, dim=1)
+            seen_count = self._host_counts(target)
+            few = 2 * self.num_classes <= x.shape[0]
+            sums = x.new_zeros(state.shape).index_add_(0, target, x) if few else _empty_rows(x)
+            self._before_write()
+            code = _fused_cpu.split_step(
+                norms.numpy(), target.numpy(), seen_count.numpy(), logits.detach().numpy(), sums.numpy(),
+                state.numpy(), count_buf.numpy(), sq_buf.numpy(), seen_buf.numpy(), keep, scale,
+                min_temperature, out.numpy(),
+            )
+            if code != _fused_cpu.OK:
+                return None
+            if not few:  # the present classes' rows were scaled by m: the batch's rows times 1 - m
+                state.index_add_(0, target, x, alpha=keep)
+        # The buffers were written through numpy: their version counters as an in-place operation's.
+        torch.autograd.graph.increment_version((state, count_buf, sq_buf, seen_buf))
+        self.__dict__["_norm_cache_valid"] = False
+        self.__dict__["_all_seen_at"] = (seen_buf, seen_buf._version)
+        count, sq_norm_sum, gamma = out.unbind(0)
+        return count, sq_norm_sum, gamma
 
     def _before_write(self) -> None:
         """Call and clear :attr:`before_write` (before the state changes)."""
