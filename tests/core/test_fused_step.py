@@ -275,6 +275,25 @@ def test_a_resumed_run_continues_the_uninterrupted_one_bit_for_bit(how, kernel_c
         torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
+def test_a_copied_loss_continues_as_the_original_bit_for_bit(how, tmp_path, kernel_calls):
+    k, b = 5, 40
+    loss = _steady(k, b)
+    if how == "deepcopy":
+        other = copy.deepcopy(loss)
+    else:
+        torch.save(loss, tmp_path / "loss.pt")
+        other = torch.load(tmp_path / "loss.pt", weights_only=False)
+    assert other.statistics.all_seen_known()  # read again as the copy was made
+    calls = len(kernel_calls)
+    for seed in range(3, 6):
+        batch = steady_batch(seed, k, b)
+        torch.testing.assert_close(other(*batch), loss(*batch), rtol=0, atol=0)
+    assert kernel_calls[calls:] == [_fused_cpu.OK] * 6
+    for (name, x), (_, y) in zip(other.state_dict().items(), loss.state_dict().items(), strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
+
+
 def test_non_contiguous_features_give_the_contiguous_values(kernel_calls):
     k, b, d = 5, 40, 6
     a, b_loss = MR2Loss(k), MR2Loss(k)

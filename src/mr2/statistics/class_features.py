@@ -239,6 +239,15 @@ class ClassFeatureStatistics(nn.Module):
         # 0-dim tensors of the constants of a step, by (value, dtype, device) (see _scalar).
         self._constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A copy or an unpickled module: its samples_seen is a new tensor (its version counter starts
+        # again), so whether every class was seen is read again now, as after a load (CPU: one host
+        # read); the copy's next step then takes the path the original's would.
+        super().__setstate__(state)
+        self.__dict__["_all_seen_at"] = None
+        if self._buffers.get("samples_seen") is not None:
+            self.note_all_seen()
+
     # ------------------------------------------------------------------ state
     @property
     def feature_dim(self) -> int | None:
@@ -312,8 +321,9 @@ class ClassFeatureStatistics(nn.Module):
 
         True only after :meth:`note_all_seen` found (or :meth:`commit` kept) every class seen and
         ``samples_seen`` has not been changed since by anything else (its version counter and identity
-        are those recorded: a loaded state dict, a reset with ``samples_seen.zero_()`` or a move to
-        another device makes it False until the next check). Always False under ``torch.compile``.
+        are those recorded: a reset with ``samples_seen.zero_()`` or a move to another device makes it
+        False until the next check; loading a state dict checks at once, one host read on CPU).
+        Always False under ``torch.compile``.
         The hot path uses it to skip the operations a first observation needs (the weights' ``where``,
         the seen mask, the logit temperatures' readiness test): the values are those of the full path.
         """
