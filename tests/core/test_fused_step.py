@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from helpers.ops import steady_batch
+from helpers.ops import change_statistics, steady_batch
 from mr2 import MR2Loss
 from mr2.checks import MR2InputError, StatisticsOverflowError
 from mr2.functional.allocation import gamma_allocation
@@ -224,24 +224,11 @@ def test_deferred_parts_after_a_compiled_step_are_those_of_their_step(change, ke
     value = loss(*steady_batch(5, k, b))
     assert kernel_calls[-1] == _fused_cpu.OK
     want_margin, want_gamma = loss.distance_margin(), loss.logit_temperatures()
-    stats = loss.statistics
-    other = steady_batch(9, k, b)[1:]
-    if change == "update":
-        stats.update(*other)
-    elif change == "load":
-        fresh = MR2Loss(k)
-        fresh(*steady_batch(7, k, b))
-        loss.load_state_dict(fresh.state_dict())
-    elif change == "accumulate":
-        with stats.accumulate():
-            stats.update(*other)
-    elif change == "deepcopy":
-        loss = copy.deepcopy(loss)
-        loss.statistics.update(*other)
-    else:  # not through the statistics' methods: no hook, the version counter tells
-        stats.feature_sum.mul_(2.0)
+    if change == "in place":  # not through the statistics' methods: no hook, the version counter tells
+        loss.statistics.feature_sum.mul_(2.0)
         assert torch.isnan(loss.parts.margin)
         return
+    loss = change_statistics(loss, change, lambda seed: steady_batch(seed, k, b))
     assert not torch.equal(loss.distance_margin(), want_margin)  # the statistics did change
     parts = loss.parts
     torch.testing.assert_close(parts.margin, want_margin, rtol=0, atol=0)

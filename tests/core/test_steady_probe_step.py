@@ -17,6 +17,7 @@ from helpers.ops import (
     CountOps,
     assert_same_state,
     assert_same_step,
+    change_statistics,
     count_calls,
     eager_steady_step,
     fast_and_full,
@@ -83,17 +84,7 @@ def test_deferred_parts_are_those_of_their_step_after_the_statistics_change(chan
         value = loss(*_batch(seed, k, b))
     assert steady_calls
     want_margin, want_gamma = loss.distance_margin(), loss.logit_temperatures()
-    stats = loss.statistics
-    other = _batch(9, k, b)[1:]
-    if change == "update":
-        stats.update(*other)
-    elif change == "load":
-        fresh = MR2Loss(k)
-        fresh(*_batch(7, k, b))
-        loss.load_state_dict(fresh.state_dict())
-    else:
-        with stats.accumulate():
-            stats.update(*other)
+    loss = change_statistics(loss, change, lambda seed: _batch(seed, k, b))
     assert not torch.equal(loss.distance_margin(), want_margin)  # the statistics did change
     parts = loss.parts
     assert parts is not None
@@ -101,7 +92,7 @@ def test_deferred_parts_are_those_of_their_step_after_the_statistics_change(chan
     torch.testing.assert_close(parts.logit_margins, want_gamma, rtol=0, atol=0)
     torch.testing.assert_close(parts.total, value.detach(), rtol=0, atol=0)
     assert torch.isnan(parts.representation)
-    assert stats.before_write is None  # the hook ran once and was cleared
+    assert loss.statistics.before_write is None  # the hook ran once and was cleared
 
 
 def test_a_steady_step_leaves_no_hook_work_to_the_next_step():

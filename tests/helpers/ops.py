@@ -3,6 +3,7 @@ comparison of one training step of two losses."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -93,3 +94,29 @@ def eager_steady_step(monkeypatch: Any) -> None:
     from mr2.statistics import _fused_cpu
 
     monkeypatch.setattr(_fused_cpu, "available", lambda: False)
+
+
+def change_statistics(loss: Any, change: str, batch: Callable[[int], tuple[torch.Tensor, ...]]) -> Any:
+    """Change ``loss``'s class statistics as the deferred-parts tests do, from ``batch(seed)``'s
+    ``(logits, features, target)``: ``"update"`` (a direct update), ``"load"`` (the state of a fresh loss
+    that saw one batch), ``"accumulate"`` (an update inside ``accumulate()``, applied as it exits) or
+    ``"deepcopy"`` (a copy, then an update of the copy). Returns the loss to read (the copy for
+    ``"deepcopy"``)."""
+    import copy
+
+    other = batch(9)[1:]
+    if change == "update":
+        loss.statistics.update(*other)
+    elif change == "load":
+        fresh = type(loss)(loss.num_classes)
+        fresh(*batch(7))
+        loss.load_state_dict(fresh.state_dict())
+    elif change == "accumulate":
+        with loss.statistics.accumulate():
+            loss.statistics.update(*other)
+    elif change == "deepcopy":
+        loss = copy.deepcopy(loss)
+        loss.statistics.update(*other)
+    else:
+        raise ValueError(f"unknown change {change!r}")
+    return loss
