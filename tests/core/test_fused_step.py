@@ -204,6 +204,22 @@ def test_finite_logits_whose_float32_sum_overflows_are_a_valid_batch(kernel_call
     _assert_same_state(fused, eager, torch.float32)
 
 
+def test_a_guard_that_overflows_the_statistics_dtype_is_refused_as_the_eager_step_refuses_it(kernel_calls):
+    # n.Q of one class near float32's largest value: 4 n.Q overflows float32 (the eager step's check,
+    # in the statistics' dtype, raises) although the product itself and a float64 sum do not.
+    k, b = 5, 40
+    loss = _steady(k, b)
+    loss.statistics.sq_norm_sum[0] = 1e38
+    loss.statistics.count[0] = 1.0
+    assert loss.statistics.all_seen_known()
+    before = _state(loss)
+    calls = len(kernel_calls)
+    with pytest.raises(StatisticsOverflowError):
+        loss(*steady_batch(3, k, b))
+    assert kernel_calls[calls:] == [_fused_cpu.NOT_FINITE]
+    _assert_unchanged(loss, before)
+
+
 def test_the_compiled_step_bumps_the_version_counters_of_what_it_writes(kernel_calls):
     loss = _steady()
     stats = loss.statistics
@@ -365,3 +381,14 @@ def test_the_return_codes_agree():
     assert (_fused_cpu_numba.OK, _fused_cpu_numba.BAD_CLASS, _fused_cpu_numba.NOT_FINITE) == (
         _fused_cpu.OK, _fused_cpu.BAD_CLASS, _fused_cpu.NOT_FINITE)
     assert len({_fused_cpu.OK, _fused_cpu.BAD_CLASS, _fused_cpu.NOT_FINITE}) == 3
+
+
+def test_statistics_pickled_before_the_switch_existed_load_with_it_on():
+    from mr2.statistics.class_features import ClassFeatureStatistics
+
+    old = ClassFeatureStatistics(3, feature_dim=2)
+    state = dict(old.__dict__)
+    del state["fused_step"]  # as pickled by a version without the attribute
+    loaded = ClassFeatureStatistics.__new__(ClassFeatureStatistics)
+    loaded.__setstate__(state)
+    assert loaded.fused_step is True

@@ -89,8 +89,8 @@ def _finish(
 ) -> int:
     """The ``[K]`` arithmetic and the writes, given the batch's second moments ``second`` and
     ``counts``: the moving count and second moment (``torch.lerp``'s formula, weight ``1 - m`` for a
-    present class, 0 for an absent one), the guard (the logits' sum plus ``4 sum_k n_k Q_k``, finite
-    or nothing is written), the state (few classes: lerped toward ``sums``; else the present rows
+    present class, 0 for an absent one), the guard (the logits' sum and ``4 sum_k n_k Q_k`` finite, or
+    nothing is written), the state (few classes: lerped toward ``sums``; else the present rows
     scaled by ``m`` and, with ``add_rows``, the rows of ``x`` added times ``1 - m``), the samples seen,
     and ``out`` = (count clamped at 1e-12, second moment, gamma)."""
     k_classes = count_buf.shape[0]
@@ -104,7 +104,7 @@ def _finish(
     weight = np.zeros(k_classes, dtype)
     new_count = np.empty(k_classes, dtype)
     new_second = np.empty(k_classes, dtype)
-    guard = 0.0
+    guard = zero
     for k in range(k_classes):
         if counts[k] > 0:
             weight[k] = keep_
@@ -116,7 +116,9 @@ def _finish(
             new_count[k] = c - (c - count_buf[k]) * (one - w)
             new_second[k] = second[k] - (second[k] - sq_buf[k]) * (one - w)
         guard += new_count[k] * new_second[k]
-    if not math.isfinite(logit_sum + 4.0 * guard):
+    # As the eager step's check: the logits' sum (here in float64: finite exactly when every logit
+    # is) and 4 n.Q in the statistics' dtype, where the eager step refuses it when it overflows.
+    if not (math.isfinite(logit_sum) and math.isfinite(guard * dtype.type(4))):
         return NOT_FINITE
     # Valid: the writes.
     dim = state.shape[1]

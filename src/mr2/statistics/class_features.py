@@ -55,6 +55,8 @@ def _empty_rows(like: torch.Tensor) -> torch.Tensor:
     if empty is None:
         empty = _EMPTY_ROWS[key] = torch.empty(0, like.shape[1], dtype=like.dtype)
     return empty
+
+
 _NOTHING = contextlib.nullcontext()  # reusable: one object instead of one per call
 
 
@@ -244,6 +246,7 @@ class ClassFeatureStatistics(nn.Module):
         # again), so whether every class was seen is read again now, as after a load (CPU: one host
         # read); the copy's next step then takes the path the original's would.
         super().__setstate__(state)
+        self.__dict__.setdefault("fused_step", True)  # pickled before the attribute existed
         self.__dict__["_all_seen_at"] = None
         if self._buffers.get("samples_seen") is not None:
             self.note_all_seen()
