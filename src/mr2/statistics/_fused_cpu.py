@@ -15,13 +15,14 @@ the pass over the batch (each row's squared norm and class sum together, seriall
 takes that pass from tensor operations (which use every thread), as :func:`use_one_pass` decides.
 
 Its values are those of the eager steady step (:meth:`ClassFeatureStatistics._steady_step` and
-``MR2Loss._steady_update``) up to floating-point rounding (the eager ``torch.lerp`` fuses a product and
-a sum on some lanes of the vector unit and not on others; the ``[K]`` sums are taken in another order),
-so the results differ from the eager ones in the last bits (tests/core/test_fused_step.py holds them to
-the eager path and to float64). NaN and Inf keep their meaning (no "fast math" that assumes finite
-values). It writes nothing unless the whole update is known to be valid: a class id outside ``[0, K)``
-or a non-finite guard returns a code, and the caller falls back to the eager step, which raises the
-library's error or, for finite inputs whose float32 sum overflowed, goes on.
+``MR2Loss._steady_update``) up to floating-point rounding (the compiled loops may fuse a product and a
+sum into one rounding and take sums in another order than the tensor kernels; the one-pass call sums
+the squared values rather than squaring the norms), so the results differ from the eager ones in the last bits
+(tests/core/test_fused_step.py holds them to the eager path and to float64). NaN and Inf keep their
+meaning (no "fast math" that assumes finite values). It writes nothing unless the whole update is known
+to be valid: a class id outside ``[0, K)`` or a non-finite guard returns a code, and the caller falls
+back to the eager step, which raises the library's error or, for finite inputs whose float32 sum
+overflowed, goes on.
 """
 
 from __future__ import annotations
