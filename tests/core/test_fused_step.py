@@ -1,11 +1,12 @@
 """The compiled steady step (issue 47): the statistics' update and the logit temperatures as one function.
 
 Where numba is installed (``pip install "mr2[fast]"``, in the dev extras), a steady CPU training step of
-``MR2Loss`` runs :mod:`mr2.statistics._fused_cpu`: one pass over the batch and one loop over the classes
-instead of some 30 small tensor operations. These tests hold it to the eager steady step (which
-tests/core/test_steady_probe_step.py holds to the general path bit for bit) within rounding, to the float64
-oracles, and check that it writes nothing for a batch the eager step refuses, bumps the version counters
-that the deferred parts read, and can be switched off.
+``MR2Loss`` runs :mod:`mr2.statistics._fused_cpu`: one compiled call instead of some 30 small tensor
+operations, with the pass over the batch in it or left to tensor operations (the ``path`` fixture runs
+the tests on both). These tests hold it to the eager steady step (which tests/core/test_steady_probe_step.py
+holds to the general path bit for bit) within rounding, to the float64 oracles, and check that it writes
+nothing for a batch the eager step refuses, bumps the version counters that the deferred parts read, keeps
+resumed and copied runs bit for bit with the uninterrupted ones, and can be switched off.
 """
 
 from __future__ import annotations
