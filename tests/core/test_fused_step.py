@@ -156,6 +156,7 @@ def test_a_batch_the_eager_step_refuses_is_refused_with_its_error_and_nothing_wr
     k, b = 5, 40
     loss = _steady(k, b)
     before = _state(loss)
+    want_margin = loss.distance_margin()
     versions = [loss.statistics.feature_sum._version, loss.statistics.samples_seen._version]
     logits, features, target = steady_batch(3, k, b)
     error: type[Exception] = MR2InputError
@@ -186,6 +187,10 @@ def test_a_batch_the_eager_step_refuses_is_refused_with_its_error_and_nothing_wr
         assert kernel_calls[calls:] == [_fused_cpu.NOT_FINITE]
     _assert_unchanged(loss, before)
     assert [loss.statistics.feature_sum._version, loss.statistics.samples_seen._version] == versions
+    # The last step's parts are kept, and so is their hook: a later change of the statistics first
+    # settles them (the refused attempt did not use the hook up).
+    loss.statistics.update(*steady_batch(4, k, b)[1:])
+    torch.testing.assert_close(loss.parts.margin, want_margin, rtol=0, atol=0)
 
 
 def test_finite_logits_whose_float32_sum_overflows_are_a_valid_batch(kernel_calls):

@@ -45,18 +45,6 @@ DEFER_NEEDS_POOLED_L2 = (
 
 #: The dtypes of the compiled steady step (:meth:`ClassFeatureStatistics._fused_steady_step`).
 _FUSED_DTYPES = (torch.float32, torch.float64)
-_EMPTY_ROWS: dict[tuple[int, torch.dtype], torch.Tensor] = {}
-
-
-def _empty_rows(like: torch.Tensor) -> torch.Tensor:
-    """A [0, d] CPU tensor of ``like``'s dtype (made once per width and dtype, never written)."""
-    key = (like.shape[1], like.dtype)
-    empty = _EMPTY_ROWS.get(key)
-    if empty is None:
-        empty = _EMPTY_ROWS[key] = torch.empty(0, like.shape[1], dtype=like.dtype)
-    return empty
-
-
 _NOTHING = contextlib.nullcontext()  # reusable: one object instead of one per call
 
 
@@ -693,32 +681,31 @@ class ClassFeatureStatistics(nn.Module):
         x = features.detach() if features.requires_grad else features
         out = state.new_empty(3, self.num_classes)
         keep = 1.0 - self.momentum
-        if _fused_cpu.use_one_pass(x.shape[0], x.shape[1]):
-            self._before_write()
-            code = _fused_cpu.one_pass_step(
-                x.numpy(), target.numpy(), logits.detach().numpy(), state.numpy(), count_buf.numpy(),
-                sq_buf.numpy(), seen_buf.numpy(), keep, scale, min_temperature, out.numpy(),
-            )
-            if code != _fused_cpu.OK:
-                return None
+        buffers_and_constants = (state.numpy(), count_buf.numpy(), sq_buf.numpy(), seen_buf.numpy(), keep,
+                                 scale, min_temperature, out.numpy())
+        one_pass = _fused_cpu.use_one_pass(x.shape[0], x.shape[1])
+        few = 2 * self.num_classes <= x.shape[0]
+        if one_pass:
+            kernel = _fused_cpu.one_pass_step
+            inputs: tuple[Any, ...] = (x.numpy(), target.numpy(), logits.detach().numpy())
         else:
             # The passes over the batch as the eager step's threaded tensor operations: the norms, the
             # counts (they refuse a class id outside [0, K) with the library's error, before anything
             # is written) and, for few classes, the [K, d] class sums; the rest in one call.
-            norms = torch.linalg.vector_norm(x, dim=1)
             seen_count = self._host_counts(target)
-            few = 2 * self.num_classes <= x.shape[0]
-            sums = x.new_zeros(state.shape).index_add_(0, target, x) if few else _empty_rows(x)
-            self._before_write()
-            code = _fused_cpu.split_step(
-                norms.numpy(), target.numpy(), seen_count.numpy(), logits.detach().numpy(), sums.numpy(),
-                state.numpy(), count_buf.numpy(), sq_buf.numpy(), seen_buf.numpy(), keep, scale,
-                min_temperature, out.numpy(),
-            )
-            if code != _fused_cpu.OK:
-                return None
-            if not few:  # the present classes' rows were scaled by m: the batch's rows times 1 - m
-                state.index_add_(0, target, x, alpha=keep)
+            sums = x.new_zeros(state.shape).index_add_(0, target, x) if few else x.new_empty(0, x.shape[1])
+            kernel = _fused_cpu.split_step
+            inputs = (torch.linalg.vector_norm(x, dim=1).numpy(), target.numpy(), seen_count.numpy(),
+                      logits.detach().numpy(), sums.numpy())
+        hook = self.__dict__.get("before_write")
+        self._before_write()
+        if kernel(*inputs, *buffers_and_constants) != _fused_cpu.OK:
+            # Nothing was written: the hook is kept for the write that comes later (the eager step
+            # raises for this batch; the last step's deferred parts are restored and still need it).
+            self.__dict__["before_write"] = hook
+            return None
+        if not one_pass and not few:  # the present classes' rows were scaled by m: the rows times 1 - m
+            state.index_add_(0, target, x, alpha=keep)
         # The buffers were written through numpy: their version counters as an in-place operation's.
         torch.autograd.graph.increment_version((state, count_buf, sq_buf, seen_buf))
         self.__dict__["_norm_cache_valid"] = False
